@@ -1,0 +1,394 @@
+"""Fixed-length window sampling over episodic replay buffers.
+
+Behaviour follows ``diffusion_policy/common/sampler.py`` of
+real-stanford/diffusion_policy (``create_indices``, ``get_val_mask``,
+``downsample_mask``, ``SequenceSampler``); differences are listed in the
+docstrings. This module never imports zarr or torch: it talks to the buffer
+only through ``episode_ends``, ``keys()``, ``buffer[key]`` (``.shape``,
+``.dtype``, ``arr[a:b]``) and ``read_ranges(key, starts, stops)``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from replaybuf_core.sampler_indices import _check_int, create_indices
+
+__all__ = ["create_indices", "get_val_mask", "downsample_mask", "SequenceSampler", "IS_PAD_KEY"]
+
+#: Key of the padding flags in every sample / batch.
+IS_PAD_KEY = "_is_pad"
+
+_PAD_MODES = ("edge", "zero")
+
+
+def get_val_mask(n_episodes: int, val_ratio: float, seed: int = 0) -> np.ndarray:
+    """Pick a random validation split of episodes.
+
+    Same rule and same random draw as diffusion_policy's ``get_val_mask``
+    (``numpy.random.default_rng(seed).choice``), so a given seed selects the
+    same episodes as diffusion_policy does.
+
+    Args:
+        n_episodes: number of episodes, >= 0.
+        val_ratio: fraction of episodes for validation, in [0, 1]. The count is
+            ``round(n_episodes * val_ratio)`` (Python rounding) clipped to
+            ``[1, n_episodes - 1]``.
+        seed: seed for ``numpy.random.default_rng``.
+
+    Returns:
+        bool array (n_episodes,), True = validation episode. All False when
+        ``val_ratio == 0`` or ``n_episodes <= 1``; otherwise at least one True
+        and at least one False.
+
+    Raises:
+        TypeError: ``n_episodes`` not an int.
+        ValueError: ``n_episodes < 0`` or ``val_ratio`` outside [0, 1] (or NaN).
+    """
+    n_episodes = _check_int("n_episodes", n_episodes, 0)
+    if not isinstance(val_ratio, numbers.Real) or not (0.0 <= float(val_ratio) <= 1.0):
+        raise ValueError(f"val_ratio must be a number in [0, 1], got {val_ratio!r}")
+    mask = np.zeros(n_episodes, dtype=bool)
+    if val_ratio <= 0 or n_episodes < 2:
+        return mask
+    n_val = min(max(1, round(n_episodes * val_ratio)), n_episodes - 1)
+    rng = np.random.default_rng(seed=seed)
+    mask[rng.choice(n_episodes, size=n_val, replace=False)] = True
+    return mask
+
+
+def downsample_mask(mask, max_n: int | None, seed: int = 0) -> np.ndarray:
+    """Keep at most ``max_n`` True entries of ``mask``, chosen at random.
+
+    Same draw as diffusion_policy's ``downsample_mask`` for the same seed.
+
+    Args:
+        mask: bool array (n_episodes,).
+        max_n: maximum number of True entries kept, >= 0; ``None`` keeps all.
+        seed: seed for ``numpy.random.default_rng``.
+
+    Returns:
+        a new bool array (n_episodes,), a subset of ``mask`` with
+        ``min(mask.sum(), max_n)`` True entries (``mask`` unchanged if it has
+        at most ``max_n``).
+
+    Raises:
+        TypeError: ``mask`` not of dtype bool, ``max_n`` not an int.
+        ValueError: ``mask`` not 1-D, ``max_n < 0``.
+    """
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"mask must have dtype bool, got {mask.dtype}")
+    if mask.ndim != 1:
+        raise ValueError(f"mask must be 1-D, got shape {mask.shape}")
+    out = mask.copy()
+    if max_n is None:
+        return out
+    max_n = _check_int("max_n", max_n, 0)
+    true_idx = np.flatnonzero(mask)
+    if true_idx.size <= max_n:
+        return out
+    rng = np.random.default_rng(seed=seed)
+    keep = true_idx[rng.choice(true_idx.size, size=max_n, replace=False)]
+    out[:] = False
+    out[keep] = True
+    return out
+
+
+def _pad_value(dtype: np.dtype):
+    """Value of "zero" padding: 0, False, "" (b"" for bytes)."""
+    if dtype.kind in "OUT":
+        return ""
+    if dtype.kind == "S":
+        return b""
+    if dtype.kind == "b":
+        return False
+    return 0
+
+
+def _unread_value(dtype: np.dtype):
+    """Value of slots not read because of ``key_first_k``: NaN for floats."""
+    if dtype.kind in "fc":
+        return np.nan
+    return _pad_value(dtype)
+
+
+class SequenceSampler:
+    """Fixed-length windows over the episodes of a replay buffer.
+
+    Port of diffusion_policy's ``SequenceSampler``
+    (real-stanford/diffusion_policy, ``diffusion_policy/common/sampler.py``) with
+    the same window table, plus ``skip_initial``, ``pad_mode``, ``_is_pad`` and a
+    batched reader.
+
+    **Windows and padding.** For an episode occupying buffer steps
+    ``[s, s + L)`` (``L >= 1``) the windows start at episode-relative steps
+    ``t = skip_initial - pad_before, ..., L - sequence_length + pad_after``
+    (none if that range is empty; both pads are first clamped to
+    ``sequence_length - 1``). Window ``t`` covers episode steps
+    ``t, ..., t + sequence_length - 1``; those before 0 or from ``L`` on are
+    padding. A window never mixes two episodes and always holds at least one
+    real step. So with ``pad_before = pad_after = 0`` an episode yields
+    ``max(L - sequence_length + 1, 0)`` windows (none if it is shorter than a
+    window); each unit of ``pad_before`` / ``pad_after`` adds one window that
+    overhangs the start / end by one more step. Every window is a row
+    ``[buffer_start_idx, buffer_end_idx, sample_start_idx, sample_end_idx]`` of
+    :attr:`indices` (see :func:`create_indices`): real steps
+    ``buffer[buffer_start_idx:buffer_end_idx]`` land in window slots
+    ``[sample_start_idx, sample_end_idx)``; the other slots are padding, filled with
+
+    * ``pad_mode="edge"`` (diffusion_policy's rule): slots before
+      ``sample_start_idx`` repeat the window's first real step, slots from
+      ``sample_end_idx`` on repeat its last real step;
+    * ``pad_mode="zero"``: 0 for numbers, False for bool, "" for strings.
+
+    ``sample["_is_pad"][j]`` is True exactly for padding slots.
+
+    Worked example: one episode of length 3 (buffer steps 0, 1, 2 holding
+    ``a, b, c``), ``sequence_length=4, pad_before=1, pad_after=1``. Starts run
+    ``t = -1 .. 3 - 4 + 1 = 0``, i.e. two windows::
+
+        t   buffer_start buffer_end sample_start sample_end   edge     _is_pad
+        -1  0            3          1            4            a a b c  T F F F
+         0  0            3          0            3            a b c c  F F F T
+
+    (``"zero"`` gives ``0 a b c`` and ``a b c 0``.) With ``skip_initial=1`` only
+    the ``t = 0`` row remains; with ``pad_before = pad_after = 0`` this episode
+    yields no window at all.
+
+    Points that surprise diffusion_policy users:
+
+    * ``pad_before`` / ``pad_after`` are the *maximum* overhang of a window past
+      the episode start / end, not padding added to every window; windows in
+      the middle of an episode have none. An episode yields
+      ``max(L - sequence_length + 1 + pad_before + pad_after - skip_initial, 0)``
+      windows.
+    * Episodes shorter than ``sequence_length - pad_before - pad_after`` are
+      silently skipped (no window fits).
+    * A window is padded on both sides only when ``L < sequence_length``
+      (e.g. ``L=1, sequence_length=4, pad_before=pad_after=3`` gives starts
+      ``-3..0``; ``t=-1`` has one padding slot in front, two behind).
+    * Pads larger than ``sequence_length - 1`` are clamped to it, so every window
+      holds at least one real step.
+    * "edge" padding repeats the first / last real step *of the window*, which
+      is the first / last step of the episode whenever padding occurs.
+
+    **key_first_k** ``{key: k}``: only the first ``k`` window slots of ``key``
+    are produced, exactly as without ``key_first_k`` (including their padding),
+    and only the stored steps they need are read; slots ``k, ...`` hold NaN for
+    floats, 0 for ints, False for bool, "" for strings. ``_is_pad`` is unaffected.
+    (diffusion_policy instead keeps the first ``k`` *stored* steps of the window,
+    so after front padding it returned a few more real slots, and its edge
+    padding at the end could repeat NaN; the first ``k`` slots agree.)
+
+    Args:
+        buffer: a ReplayBuffer (see module docstring for the members used).
+        sequence_length: steps per window, >= 1.
+        pad_before, pad_after, skip_initial: see :func:`create_indices`.
+        keys: data keys to return, default ``buffer.keys()``.
+        key_first_k: ``{key: k}`` with ``k >= 0`` ints, keys among ``keys``.
+        episode_mask: bool (n_episodes,); False episodes never appear.
+            Default all True.
+        pad_mode: ``"edge"`` or ``"zero"``.
+
+    Raises:
+        TypeError, ValueError: invalid index arguments (see
+            :func:`create_indices`), unknown ``pad_mode``, invalid ``key_first_k``.
+        KeyError: a key of ``keys`` / ``key_first_k`` not in the buffer / ``keys``.
+    """
+
+    def __init__(
+        self,
+        buffer,
+        sequence_length: int,
+        pad_before: int = 0,
+        pad_after: int = 0,
+        keys: Sequence[str] | None = None,
+        key_first_k: Mapping[str, int] | None = None,
+        episode_mask=None,
+        skip_initial: int = 0,
+        pad_mode: str = "edge",
+    ):
+        if pad_mode not in _PAD_MODES:
+            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
+        episode_ends = np.asarray(buffer.episode_ends[:])
+        self.indices: np.ndarray = create_indices(
+            episode_ends,
+            sequence_length,
+            episode_mask,
+            pad_before=pad_before,
+            pad_after=pad_after,
+            skip_initial=skip_initial,
+        )
+        """int64 (n_windows, 4): ``[buffer_start, buffer_end, sample_start, sample_end]``."""
+
+        buffer_keys = list(buffer.keys())
+        if keys is None:
+            keys = buffer_keys
+        elif isinstance(keys, str):
+            raise TypeError(f"keys must be a sequence of str, not a str ({keys!r})")
+        keys = list(keys)
+        missing = [k for k in keys if k not in buffer_keys]
+        if missing:
+            raise KeyError(f"keys not in the buffer: {missing}; buffer keys: {buffer_keys}")
+        if IS_PAD_KEY in keys:
+            raise ValueError(f"{IS_PAD_KEY!r} is reserved for the padding flags")
+
+        first_k: dict[str, int] = {}
+        for k, v in dict(key_first_k or {}).items():
+            if k not in keys:
+                raise KeyError(f"key_first_k key {k!r} is not among the sampled keys {keys}")
+            first_k[k] = min(_check_int(f"key_first_k[{k!r}]", v, 0), int(sequence_length))
+
+        self.buffer = buffer
+        self.sequence_length = int(sequence_length)
+        self.pad_before = min(int(pad_before), self.sequence_length - 1)
+        self.pad_after = min(int(pad_after), self.sequence_length - 1)
+        self.skip_initial = int(skip_initial)
+        self.keys: list[str] = keys
+        self.key_first_k: dict[str, int] = first_k
+        self.pad_mode = pad_mode
+
+    def __len__(self) -> int:
+        """Number of windows."""
+        return int(self.indices.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"SequenceSampler(n_windows={len(self)}, sequence_length={self.sequence_length}, "
+            f"pad_before={self.pad_before}, pad_after={self.pad_after}, "
+            f"skip_initial={self.skip_initial}, pad_mode={self.pad_mode!r}, keys={self.keys})"
+        )
+
+    # ------------------------------------------------------------------ indices
+    def _normalize_indices(self, idx) -> np.ndarray:
+        n = len(self)
+        arr = np.asarray(idx)
+        if arr.dtype == np.bool_ or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"window indices must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False).reshape(-1)
+        bad = (arr < -n) | (arr >= n)
+        if bad.any():
+            raise IndexError(f"window index {int(arr[bad][0])} out of range for sampler of length {n}")
+        return np.where(arr < 0, arr + n, arr)
+
+    def _rows_to_read(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Stored steps to read per window for ``key``: int64 (B,)."""
+        bs, be, ss, se = rows.T
+        n_real = be - bs
+        k = self.key_first_k.get(key)
+        if k is None:
+            return n_real
+        # slots [0, k) are needed; real ones are [ss, min(se, k)).
+        need = np.clip(np.minimum(se, k) - ss, 0, None)
+        if self.pad_mode == "edge" and k > 0:
+            need = np.maximum(need, 1)  # front padding repeats the first real step
+        return np.minimum(need, n_real)
+
+    # -------------------------------------------------------------- assembling
+    def _assemble(self, key: str, rows: np.ndarray, n_read: np.ndarray, chunks: list, arr_like) -> np.ndarray:
+        """Build the (B, S, *trailing) array of ``key`` from the read chunks."""
+        s = self.sequence_length
+        b = rows.shape[0]
+        dtype = np.dtype(arr_like.dtype)
+        trailing = tuple(arr_like.shape[1:])
+        out = np.empty((b, s) + trailing, dtype=dtype)
+        flat = out.reshape((b * s,) + trailing)
+
+        slots = np.arange(s, dtype=np.int64)
+        ss = rows[:, 2:3]
+        se = rows[:, 3:4]
+        k = self.key_first_k.get(key, s)
+        is_pad = (slots < ss) | (slots >= se)  # (B, S)
+        unread = np.broadcast_to(slots >= k, (b, s))
+        valid = n_read[:, None] > 0
+        valid = valid & ~unread
+        if self.pad_mode == "zero":
+            valid = valid & ~is_pad
+
+        if valid.any():
+            data = chunks[0] if len(chunks) == 1 else np.concatenate(chunks, axis=0)
+            offsets = np.cumsum(n_read) - n_read
+            rel = np.clip(slots[None, :] - ss, 0, np.maximum(n_read[:, None] - 1, 0))
+            src = (offsets[:, None] + rel).reshape(-1)
+            vflat = valid.reshape(-1)
+            flat[vflat] = data[src[vflat]]
+        if self.pad_mode == "zero":
+            flat[(is_pad & ~unread).reshape(-1)] = _pad_value(dtype)
+        if k < s:
+            flat[unread.reshape(-1)] = _unread_value(dtype)
+        return out
+
+    def _pad_flags(self, rows: np.ndarray) -> np.ndarray:
+        slots = np.arange(self.sequence_length, dtype=np.int64)
+        return (slots < rows[:, 2:3]) | (slots >= rows[:, 3:4])
+
+    # ------------------------------------------------------------------ access
+    def __getitem__(self, idx) -> dict[str, np.ndarray]:
+        """One window.
+
+        Args:
+            idx: int window index; negative counts from the end as in Python.
+
+        Returns:
+            dict ``key -> array (sequence_length, *trailing)`` (buffer dtype) and
+            ``"_is_pad" -> bool (sequence_length,)``.
+
+        Raises:
+            IndexError: ``idx`` outside ``[-len, len)`` (message gives both).
+            TypeError: ``idx`` not an integer.
+        """
+        if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, numbers.Integral):
+            raise TypeError(f"window index must be an int, got {type(idx).__name__}")
+        i = int(self._normalize_indices(idx)[0])
+        rows = self.indices[i : i + 1]
+        bs = int(rows[0, 0])
+        result: dict[str, np.ndarray] = {}
+        for key in self.keys:
+            arr = self.buffer[key]
+            n_read = self._rows_to_read(key, rows)
+            n = int(n_read[0])
+            chunks = [np.asarray(arr[bs : bs + n])] if n > 0 else []
+            result[key] = self._assemble(key, rows, n_read, chunks, arr)[0]
+        result[IS_PAD_KEY] = self._pad_flags(rows)[0]
+        return result
+
+    def sample_sequence(self, idx: int) -> dict[str, np.ndarray]:
+        """Alias of ``sampler[idx]`` (diffusion_policy's name)."""
+        return self[idx]
+
+    def sample_batch(self, indices) -> dict[str, np.ndarray]:
+        """Many windows at once, read through ``buffer.read_ranges``.
+
+        Equal to stacking ``sampler[i]`` for ``i`` in ``indices``, but each key is
+        read with a single ``buffer.read_ranges(key, starts, stops)`` call so a
+        chunked backend can serve the whole batch with one read per chunk touched.
+
+        Args:
+            indices: int array-like (B,) of window indices (negative allowed).
+
+        Returns:
+            dict ``key -> array (B, sequence_length, *trailing)`` and
+            ``"_is_pad" -> bool (B, sequence_length)``.
+
+        Raises:
+            IndexError: an index outside ``[-len, len)``.
+            TypeError: non-integer indices.
+        """
+        idx = self._normalize_indices(indices)
+        rows = self.indices[idx]
+        starts = rows[:, 0]
+        result: dict[str, np.ndarray] = {}
+        for key in self.keys:
+            arr = self.buffer[key]
+            n_read = self._rows_to_read(key, rows)
+            sel = n_read > 0
+            chunks: list = []
+            if sel.any():
+                chunks = list(self.buffer.read_ranges(key, starts[sel], starts[sel] + n_read[sel]))
+            result[key] = self._assemble(key, rows, n_read, chunks, arr)
+        result[IS_PAD_KEY] = self._pad_flags(rows)
+        return result

@@ -1,0 +1,787 @@
+"""``ReplayBuffer``: episode bookkeeping over any storage backend.
+
+Layout (diffusion_policy's replay buffer): ``data/<key>`` arrays with time (steps) on axis 0, all of
+``n_steps`` rows, and ``meta/episode_ends`` (int64, cumulative step counts, non-decreasing).  Episode
+``i`` holds steps ``[episode_ends[i-1], episode_ends[i])`` (``episode_ends[-1]`` = 0 before the first).
+
+Rules this class holds, whatever the backend:
+
+* validate before mutate — a rejected call changes nothing;
+* commit order — data rows first, ``meta/episode_ends`` last, so an interrupted ``add_episode`` leaves
+  only rows past ``episode_ends[-1]``, which opening trims (writable) or hides (read-only);
+* every key of a non-empty buffer is present in every episode (a missing or extra key is a
+  ``ValueError``); zero-length episodes are rejected (``ValueError``): they hold no step and most
+  samplers mis-handle them;
+* values are cast to a stored array's dtype when NumPy's ``same_kind`` rule allows it (float64 into
+  float32); other dtype changes are a ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import registry
+from .chunks import check_chunks_compatible, get_optimal_chunks
+from .compressors import resolve_compressor as _resolve_compressor
+from .copying import copy_array
+from .episode_index import episode_lengths_from_ends, get_episode_idxs
+from .errors import CapabilityError, CorruptStoreError, ReadOnlyError
+from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+
+logger = logging.getLogger(__name__)
+
+EPISODE_ENDS = "episode_ends"
+EPISODE_ENDS_CHUNK = 4096
+IF_EXISTS = ("replace", "raise", "skip")
+
+
+def _check_key(key: Any, what: str = "data key") -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"{what} must be a str, got {type(key).__name__} {key!r}")
+    if key == "" or "/" in key or key in (".", ".."):
+        raise ValueError(f"{what} {key!r} is invalid: keys must be non-empty and contain no '/'")
+
+
+def _as_episode_array(key: str, value: Any) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        raise ValueError(f"data key {key!r}: a 0-d value has no time axis; pass an array of shape (T, ...)")
+    if arr.dtype == object:
+        if not all(isinstance(v, str) for v in arr.flat):
+            bad = next(v for v in arr.flat if not isinstance(v, str))
+            raise TypeError(f"data key {key!r}: object arrays may hold only str, found {type(bad).__name__}")
+    elif arr.dtype.kind == "U":
+        arr = arr.astype(object)
+    elif arr.dtype.kind not in "biufc":
+        raise TypeError(f"data key {key!r}: unsupported dtype {arr.dtype}")
+    return arr
+
+
+def _check_index(idx: Any, n: int, what: str = "episode") -> int:
+    if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, (numbers.Integral, np.integer)):
+        raise TypeError(f"{what} index must be an int, got {type(idx).__name__} {idx!r}")
+    i = int(idx)
+    if not -n <= i < n:
+        raise IndexError(f"{what} index {i} is out of range for a buffer of {n} episodes")
+    return i + n if i < 0 else i
+
+
+class ReplayBuffer:
+    """An episodic replay buffer on a storage backend (zarr, numpy, or an installed plugin).
+
+    Args:
+        root: a ``zarr.Group``, a dict ``{"data": {...}, "meta": {"episode_ends": ...}}``, a
+            :class:`~replaybuf_core.protocol.StorageBackend`, or anything an installed backend claims
+            (a store, a path).
+        backend: name of the backend to open ``root`` with (default: the first that claims it).
+        read_only: open without write access; every mutating call raises
+            :class:`~replaybuf_core.errors.ReadOnlyError`.
+
+    Raises:
+        CorruptStoreError (a ValueError): ``data``/``meta``/``meta/episode_ends`` missing;
+            ``episode_ends`` not integer, negative or decreasing; a data array shorter than
+            ``episode_ends[-1]`` (names the key and both numbers).
+        BackendNotFoundError (a ValueError): no backend claims ``root``.
+
+    A data array *longer* than ``episode_ends[-1]`` is the trace of an interrupted append: a warning
+    says how many steps are dropped; writable opens trim the array, read-only opens hide the rows.
+    """
+
+    # ------------------------------------------------------------------ opening / creating
+    def __init__(self, root: Any, *, backend: str | None = None, read_only: bool = False):
+        store = registry.open_backend(root, backend=backend, read_only=read_only)
+        for group in ("data", "meta"):
+            if not store.has_group(group):
+                raise CorruptStoreError(f"the store has no {group!r} group")
+        if not store.has_array("meta", EPISODE_ENDS):
+            raise CorruptStoreError("the store has no 'meta/episode_ends' array")
+        self._store: StorageBackend = store
+        ends = self._load_episode_ends()
+        self._ends = ends
+        self._n_ep = ends.size
+        self._idx_cache: np.ndarray | None = None
+        self._check_data_lengths()
+
+    def _load_episode_ends(self) -> np.ndarray:
+        s = self._store
+        shape = s.shape("meta", EPISODE_ENDS)
+        dtype = np.dtype(s.dtype("meta", EPISODE_ENDS))
+        if len(shape) != 1:
+            raise CorruptStoreError(f"meta/episode_ends must be 1-D, has shape {shape}")
+        if dtype.kind not in "iu":
+            raise CorruptStoreError(f"meta/episode_ends must hold integers, has dtype {dtype}")
+        ends = np.asarray(s.read("meta", EPISODE_ENDS, 0, shape[0]), dtype=np.int64).copy()
+        if ends.size:
+            if ends[0] < 0:
+                raise CorruptStoreError(f"meta/episode_ends[0] is {ends[0]}, negative")
+            drops = np.flatnonzero(np.diff(ends) < 0)
+            if drops.size:
+                i = int(drops[0]) + 1
+                raise CorruptStoreError(
+                    f"meta/episode_ends decreases at episode {i}: episode_ends[{i - 1}]={ends[i - 1]} > "
+                    f"episode_ends[{i}]={ends[i]}"
+                )
+        return ends
+
+    def _check_data_lengths(self) -> None:
+        n = self.n_steps
+        s = self._store
+        for key in s.list_arrays("data"):
+            rows = s.shape("data", key)[0] if s.shape("data", key) else 0
+            if rows < n:
+                raise CorruptStoreError(
+                    f"data array {key!r} has {rows} rows but meta/episode_ends[-1] is {n}"
+                )
+            if rows > n:
+                warnings.warn(
+                    f"data array {key!r} has {rows - n} steps past meta/episode_ends[-1]={n} (an "
+                    "interrupted append); they are "
+                    + ("hidden (read-only open)" if s.read_only else "dropped"),
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                if not s.read_only:
+                    s.resize("data", key, n)
+
+    @classmethod
+    def create_empty(cls, backend: str = "zarr", store: Any = None, **kwargs: Any) -> ReplayBuffer:
+        """An empty buffer on the named backend, in ``store`` (the backend's in-memory default when
+        None).  Extra keyword arguments go to the backend's ``create``.
+
+        Raises:
+            BackendNotFoundError: no backend called ``backend`` is installed.
+        """
+        entry = registry.get_backend(backend)
+        s = entry.create(store, if_exists=kwargs.pop("if_exists", "append"), **kwargs)
+        cls._ensure_episode_ends(s)
+        return cls(s)
+
+    @staticmethod
+    def _ensure_episode_ends(s: StorageBackend) -> None:
+        if not s.has_array("meta", EPISODE_ENDS):
+            s.create_array("meta", EPISODE_ENDS, shape=(0,), dtype=np.dtype(np.int64),
+                           chunks=(EPISODE_ENDS_CHUNK,), codec=None, fill_value=-1)
+
+    @classmethod
+    def create_empty_zarr(cls, storage: Any = None, root: Any = None) -> ReplayBuffer:
+        """An empty zarr-backed buffer: in ``root`` (a ``zarr.Group``) if given, else in ``storage``
+        (a zarr store; a ``MemoryStore`` when None).  Existing content of ``root`` is kept."""
+        if root is not None:
+            return cls.create_empty("zarr", root=root)
+        return cls.create_empty("zarr", storage)
+
+    @classmethod
+    def create_empty_numpy(cls) -> ReplayBuffer:
+        """An empty in-memory buffer on the NumPy backend."""
+        return cls.create_empty("numpy")
+
+    @classmethod
+    def create_from_group(cls, group: Any, **kwargs: Any) -> ReplayBuffer:
+        """Open ``group`` (a ``zarr.Group``) as a buffer, creating ``data``/``meta`` if it has none."""
+        s = registry.open_backend(group)
+        if not s.has_group("data"):
+            return cls.create_empty("zarr", root=group)
+        return cls(s, **kwargs)
+
+    @classmethod
+    def create_from_path(cls, zarr_path: str | os.PathLike, backend: str | None = None) -> ReplayBuffer:
+        """Open the store at ``zarr_path`` (``~`` expanded) **read-only**.
+
+        Raises:
+            FileNotFoundError: nothing at the path.
+        """
+        path = os.path.expanduser(os.fspath(zarr_path))
+        return cls(path, backend=backend, read_only=True)
+
+    @classmethod
+    def copy_from_store(
+        cls,
+        src_store: Any,
+        store: Any = None,
+        keys: list[str] | None = None,
+        chunks: dict[str, tuple[int, ...]] | None = None,
+        compressors: dict[str, Any] | None = None,
+        if_exists: str = "replace",
+        backend: str | None = None,
+        **kwargs: Any,
+    ) -> ReplayBuffer:
+        """Copy the buffer in ``src_store`` (a store, group, dict or path) into a new buffer.
+
+        ``store=None`` and ``backend=None`` load it into memory (NumPy backend), as the seed did.
+        Otherwise the destination is ``store`` on ``backend`` (default: the backend that claims
+        ``store``).  ``keys`` limits the data keys copied; ``chunks`` / ``compressors`` map keys to
+        new chunk shapes / codecs.  The copy streams block by block (memory bounded by a few chunks).
+        """
+        src = cls(registry.open_backend(src_store, read_only=True))
+        return src._copy_to_new(store, backend, keys=keys, chunks=chunks, compressors=compressors,
+                                if_exists=if_exists, **kwargs)
+
+    @classmethod
+    def copy_from_path(
+        cls,
+        zarr_path: str | os.PathLike,
+        backend: str | None = None,
+        store: Any = None,
+        keys: list[str] | None = None,
+        chunks: dict[str, tuple[int, ...]] | None = None,
+        compressors: dict[str, Any] | None = None,
+        if_exists: str = "replace",
+        **kwargs: Any,
+    ) -> ReplayBuffer:
+        """Copy the store at ``zarr_path`` (``~`` expanded; zarr v2/v3 directory or ``.zip``) into a
+        new buffer: into memory (NumPy) when ``store`` and ``backend`` are None, else into ``store`` on
+        ``backend``.  ``backend="numpy"`` is deprecated (logs a warning; same as leaving it None)."""
+        if backend == "numpy":
+            logger.warning("copy_from_path(backend='numpy') is deprecated: leave backend and store None")
+            backend, store = None, None
+        src_path = os.path.expanduser(os.fspath(zarr_path))
+        return cls.copy_from_store(src_path, store=store, keys=keys, chunks=chunks,
+                                   compressors=compressors, if_exists=if_exists, backend=backend, **kwargs)
+
+    def save_to_store(
+        self,
+        store: Any,
+        chunks: dict[str, tuple[int, ...]] | None = None,
+        compressors: dict[str, Any] | None = None,
+        if_exists: str = "replace",
+        backend: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Write this buffer into ``store`` (backend: ``backend`` or the one claiming ``store``) and
+        return ``store``.  Chunks/codecs: explicit per key → this buffer's → defaults."""
+        if store is None:
+            raise ValueError("save_to_store needs a store; use copy_from_store(..., store=None) for memory")
+        self._copy_to_new(store, backend or registry.guess_backend(store).name, chunks=chunks,
+                          compressors=compressors, if_exists=if_exists, **kwargs)
+        return store
+
+    def save_to_path(self, zarr_path: str | os.PathLike, chunks=None, compressors=None,
+                     if_exists: str = "replace", **kwargs: Any) -> Any:
+        """Write this buffer to a zarr ``LocalStore`` at ``zarr_path`` (``~`` expanded); returns the
+        store."""
+        from_path = os.path.expanduser(os.fspath(zarr_path))
+        entry = registry.get_backend(kwargs.pop("backend", "zarr"))
+        dst = entry.create(from_path, if_exists="append")
+        self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists)
+        root = dst.root
+        return getattr(root, "store", root)
+
+    # ------------------------------------------------------------------ copying internals
+    def _copy_to_new(self, store: Any, backend: str | None, *, keys=None, chunks=None, compressors=None,
+                     if_exists="replace", **kwargs: Any) -> ReplayBuffer:
+        if store is None and backend is None:
+            backend = "numpy"
+        entry = registry.get_backend(backend) if backend else registry.guess_backend(store)
+        self._validate_copy_args(keys, chunks, compressors, if_exists)
+        dst = entry.create(store, if_exists="append", **kwargs)
+        self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
+        return type(self)(dst)
+
+    def _validate_copy_args(self, keys, chunks, compressors, if_exists) -> list[str]:
+        if if_exists not in IF_EXISTS:
+            raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
+        all_keys = self.keys()
+        keys = all_keys if keys is None else list(keys)
+        for k in keys:
+            if k not in all_keys:
+                raise KeyError(f"data key {k!r} is not in the buffer (keys: {all_keys})")
+        for k, c in (chunks or {}).items():
+            if k not in all_keys:
+                raise KeyError(f"chunks given for {k!r}, which is not a data key (keys: {all_keys})")
+            check_chunks_compatible(c, self._store.shape("data", k))
+        for k, c in (compressors or {}).items():
+            if k not in all_keys:
+                raise KeyError(f"compressor given for {k!r}, which is not a data key (keys: {all_keys})")
+            _resolve_compressor(c)
+        return keys
+
+    def _copy_into(self, dst: StorageBackend, *, keys=None, chunks=None, compressors=None,
+                   if_exists="replace") -> None:
+        keys = self._validate_copy_args(keys, chunks, compressors, if_exists)
+        chunks, compressors = chunks or {}, compressors or {}
+        for group in ("data", "meta"):
+            dst.require_group(group)
+        names = [("data", k) for k in keys] + [("meta", k) for k in self._store.list_arrays("meta")]
+        if if_exists == "raise":
+            taken = [f"{g}/{k}" for g, k in names if dst.has_array(g, k)]
+            if taken:
+                raise FileExistsError(f"the destination already holds {taken}; pass if_exists='replace'")
+        # data first, meta/episode_ends last: the destination becomes a valid buffer only at the end
+        if dst.has_array("meta", EPISODE_ENDS) and if_exists == "replace":
+            dst.delete_array("meta", EPISODE_ENDS)
+        for group, key in names:
+            if dst.has_array(group, key):
+                if if_exists == "skip":
+                    continue
+                dst.delete_array(group, key)
+            if group == "meta":
+                if key == EPISODE_ENDS:
+                    continue
+                copy_array(self._store, "meta", key, dst, "meta", key)
+                continue
+            ck, codec, shards = self._resolve_layout(key, dst, chunks.get(key), compressors.get(key, "__source__"))
+            copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps,
+                       chunks=ck, codec=codec, shards=shards)
+        if not dst.has_array("meta", EPISODE_ENDS):
+            self._ensure_episode_ends(dst)
+        dst.resize("meta", EPISODE_ENDS, self._n_ep)
+        if self._n_ep:
+            dst.write("meta", EPISODE_ENDS, 0, self.episode_ends)
+        dst.flush()
+
+    def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any):
+        """Chunk resolution: explicit → this buffer's array → ``get_optimal_chunks`` (2 MB target);
+        codec: explicit → this buffer's → the "default" preset.  Shards are kept when the chunks are."""
+        s = self._store
+        shape, dtype = s.shape("data", key), s.dtype("data", key)
+        src_chunks = s.chunks("data", key) if CAP_CHUNKS in s.capabilities else None
+        src_shards = s.shards("data", key) if CAP_SHARDS in s.capabilities else None
+        if chunks is not None:
+            ck = tuple(int(c) for c in chunks)
+        elif src_chunks is not None:
+            ck = tuple(src_chunks)
+        else:
+            ck = get_optimal_chunks((max(shape[0], 1),) + tuple(shape[1:]), dtype)
+        shards = src_shards if (src_shards is not None and ck == src_chunks) else None
+        if CAP_SHARDS not in dst.capabilities:
+            shards = None
+        if compressor == "__source__":
+            if CAP_CODECS in s.capabilities:
+                codec = s.codec("data", key)
+            else:
+                codec = _resolve_compressor("default")
+        else:
+            codec = _resolve_compressor(compressor)
+        return ck, codec, shards
+
+    # ------------------------------------------------------------------ static helpers
+    @staticmethod
+    def resolve_compressor(compressor: Any = "default") -> Any:
+        """See :func:`replaybuf_core.compressors.resolve_compressor`."""
+        return _resolve_compressor(compressor)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def store(self) -> StorageBackend:
+        """The storage backend object (protocol verbs)."""
+        return self._store
+
+    @property
+    def root(self) -> Any:
+        """The native root (``zarr.Group`` / dict / ...)."""
+        return self._store.root
+
+    @property
+    def data(self) -> Any:
+        """The native ``data`` group (``zarr.Group`` / dict)."""
+        return self._store.native_group("data")
+
+    @property
+    def meta(self) -> Any:
+        """The native ``meta`` group."""
+        return self._store.native_group("meta")
+
+    @property
+    def episode_ends(self) -> np.ndarray:
+        """int64 (n_episodes,), read-only view of the cumulative step counts."""
+        view = self._ends[: self._n_ep]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def backend(self) -> str:
+        """The backend's name: ``"zarr"``, ``"numpy"`` or a plugin's."""
+        return self._store.name
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self._store.read_only)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self._ends[self._n_ep - 1]) if self._n_ep else 0
+
+    @property
+    def n_episodes(self) -> int:
+        return self._n_ep
+
+    @property
+    def chunk_size(self) -> int | None:
+        """Time-axis chunk length of the first data array (None without chunks or arrays)."""
+        if CAP_CHUNKS not in self._store.capabilities:
+            return None
+        keys = self.keys()
+        return self._store.chunks("data", keys[0])[0] if keys else None
+
+    @property
+    def episode_lengths(self) -> np.ndarray:
+        """int64 (n_episodes,) number of steps of each episode."""
+        return episode_lengths_from_ends(self.episode_ends)
+
+    def get_episode_idxs(self) -> np.ndarray:
+        """int64 (n_steps,): the episode index of every step (cached until the next mutation)."""
+        if self._idx_cache is None or self._idx_cache.size != self.n_steps:
+            idx = get_episode_idxs(self.episode_ends)
+            idx.flags.writeable = False
+            self._idx_cache = idx
+        return self._idx_cache
+
+    def __repr__(self) -> str:
+        tree = getattr(self._store.root, "tree", None)
+        if callable(tree):
+            return str(tree())
+        keys = ", ".join(f"{k}: {self._store.shape('data', k)} {self._store.dtype('data', k)}"
+                         for k in self.keys())
+        return (f"ReplayBuffer(backend={self.backend!r}, n_episodes={self.n_episodes}, "
+                f"n_steps={self.n_steps}, data={{{keys}}})")
+
+    # mapping over data keys
+    def keys(self) -> list[str]:
+        """Data keys, sorted."""
+        return self._store.list_arrays("data")
+
+    def values(self) -> list[Any]:
+        return [self._store.get_array("data", k) for k in self.keys()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, self._store.get_array("data", k)) for k in self.keys()]
+
+    def __getitem__(self, key: str) -> Any:
+        """The native data array of ``key``. Raises KeyError naming the key."""
+        if not self._store.has_array("data", key):
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        return self._store.get_array("data", key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._store.has_array("data", key)
+
+    def __len__(self) -> int:
+        return self.n_steps
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    # ------------------------------------------------------------------ meta
+    def update_meta(self, data: Mapping[str, Any]) -> Any:
+        """Store each value as a meta array (scalars and lists become arrays; replaces existing).
+
+        Raises:
+            TypeError: a value becomes an ``object`` array, or a key is not a str.
+            ValueError: a key is ``"episode_ends"`` (managed by the buffer), empty or contains '/'.
+        Returns the native meta group.
+        """
+        self._require_writable()
+        arrays = {}
+        for key, value in data.items():
+            _check_key(key, "meta key")
+            if key == EPISODE_ENDS:
+                raise ValueError("meta key 'episode_ends' is managed by the buffer; use add_episode")
+            arr = np.asarray(value)
+            if arr.dtype == object:
+                raise TypeError(f"meta key {key!r}: value of type {type(value).__name__} becomes an object "
+                                "array; pass numbers, strings or arrays of them")
+            arrays[key] = arr
+        s = self._store
+        for key, arr in arrays.items():
+            if s.has_array("meta", key):
+                s.delete_array("meta", key)
+            dtype = np.dtype(object) if arr.dtype.kind == "U" else arr.dtype
+            s.create_array("meta", key, shape=arr.shape, dtype=dtype,
+                           chunks=arr.shape if arr.ndim and all(arr.shape) else None, codec=None)
+            s.write("meta", key, 0, arr.astype(object) if dtype == object else arr)
+        return self.meta
+
+    # ------------------------------------------------------------------ writing
+    def _require_writable(self) -> None:
+        if self._store.read_only:
+            raise ReadOnlyError("this replay buffer is open read-only (create_from_path opens read-only; "
+                                "use ReplayBuffer(path) or copy_from_path to write)")
+
+    def _validate_episode(self, data: Mapping[str, Any], chunks, compressors):
+        if not isinstance(data, Mapping):
+            raise TypeError(f"an episode must be a dict of arrays, got {type(data).__name__}")
+        if len(data) == 0:
+            raise ValueError("an episode needs at least one key; got an empty dict")
+        arrays: dict[str, np.ndarray] = {}
+        length = None
+        for key, value in data.items():
+            _check_key(key)
+            arr = _as_episode_array(key, value)
+            if length is None:
+                length, first = arr.shape[0], key
+            elif arr.shape[0] != length:
+                raise ValueError(f"episode lengths differ: {first!r} has {length} steps, {key!r} has "
+                                 f"{arr.shape[0]}")
+            arrays[key] = arr
+        if length == 0:
+            raise ValueError("a zero-length episode holds no steps and is rejected")
+        s = self._store
+        existing = self.keys()
+        if existing:
+            missing = sorted(set(existing) - set(arrays))
+            extra = sorted(set(arrays) - set(existing))
+            if missing or extra:
+                raise ValueError(f"episode {self._n_ep} keys differ from the buffer's: missing {missing}, "
+                                 f"extra {extra} (every episode must carry every data key)")
+            for key, arr in arrays.items():
+                shape, dtype = s.shape("data", key), np.dtype(s.dtype("data", key))
+                if tuple(arr.shape[1:]) != tuple(shape[1:]):
+                    raise ValueError(f"data key {key!r}: step shape {arr.shape[1:]} differs from the "
+                                     f"stored {tuple(shape[1:])}")
+                if (dtype == object) != (arr.dtype == object) or (
+                        dtype != object and not np.can_cast(arr.dtype, dtype, casting="same_kind")):
+                    raise TypeError(f"data key {key!r}: dtype {arr.dtype} cannot be stored in the existing "
+                                    f"{dtype} array")
+        for k in (chunks or {}):
+            if k not in arrays:
+                raise KeyError(f"chunks given for {k!r}, which is not in the episode")
+        for k in (compressors or {}):
+            if k not in arrays:
+                raise KeyError(f"compressor given for {k!r}, which is not in the episode")
+        layouts = {}
+        for key, arr in arrays.items():
+            if key in existing:
+                continue
+            ck = (chunks or {}).get(key)
+            if ck is not None:
+                check_chunks_compatible(ck, arr.shape)
+                ck = tuple(int(c) for c in ck)
+            else:
+                ck = get_optimal_chunks(arr.shape, arr.dtype if arr.dtype != object else np.dtype("O"))
+            codec = _resolve_compressor((compressors or {}).get(key, "default"))
+            if arr.dtype == object and key not in (compressors or {}):
+                codec = None
+            layouts[key] = (ck, codec)
+        return arrays, length, layouts
+
+    def add_episode(self, data: Mapping[str, Any], chunks: dict | None = None,
+                    compressors: dict | None = None) -> None:
+        """Append one episode.
+
+        Args:
+            data: key → array of shape (T, ...) (T ≥ 1, same T for all keys). ``str`` arrays allowed.
+            chunks: chunk shapes for keys new to the buffer (default: ``get_optimal_chunks`` of the
+                episode's shape, the seed's rule).
+            compressors: codecs / preset names for new keys (default: the ``"default"`` preset).
+
+        Raises:
+            ValueError: empty dict, 0-d value, ragged lengths, zero length, keys differing from the
+                buffer's, a step-shape change, a bad key name or chunk value.
+            TypeError: dtype that cannot be stored (see module doc), object arrays not of str.
+            ReadOnlyError: the buffer is read-only.
+        Nothing is written when an error is raised.  Commit: data rows, then ``episode_ends``.
+        """
+        self._require_writable()
+        arrays, length, layouts = self._validate_episode(data, chunks, compressors)
+        s = self._store
+        start, stop = self.n_steps, self.n_steps + length
+        written: list[str] = []
+        try:
+            for key, arr in arrays.items():
+                if key in layouts:
+                    ck, codec = layouts[key]
+                    s.create_array("data", key, shape=(stop,) + arr.shape[1:], dtype=arr.dtype,
+                                   chunks=ck, codec=codec)
+                else:
+                    s.resize("data", key, stop)
+                written.append(key)
+                s.write("data", key, start, arr)
+        except BaseException:
+            for key in written:  # roll back what this call grew; best effort
+                try:
+                    if key in layouts:
+                        s.delete_array("data", key)
+                    else:
+                        s.resize("data", key, start)
+                except Exception:  # pragma: no cover - the original error matters more
+                    logger.exception("rollback of %s failed", key)
+            raise
+        self._commit_episode_end(stop)
+
+    def _commit_episode_end(self, end: int) -> None:
+        s = self._store
+        if self._n_ep == self._ends.size:
+            grown = np.empty(max(16, 2 * self._ends.size), dtype=np.int64)
+            grown[: self._n_ep] = self._ends[: self._n_ep]
+            self._ends = grown
+        s.resize("meta", EPISODE_ENDS, self._n_ep + 1)
+        s.write("meta", EPISODE_ENDS, self._n_ep, np.array([end], dtype=np.int64))
+        self._ends[self._n_ep] = end
+        self._n_ep += 1
+        self._idx_cache = None
+
+    def extend(self, data: Mapping[str, Any]) -> None:
+        """Append ``data`` as one episode (the seed's alias of :meth:`add_episode`)."""
+        self.add_episode(data)
+
+    def drop_episode(self) -> None:
+        """Remove the last episode.  Commit: ``episode_ends`` first, then the data rows.
+
+        Raises:
+            IndexError: the buffer is empty.  ReadOnlyError: read-only buffer.
+        """
+        self._require_writable()
+        if self._n_ep == 0:
+            raise IndexError("drop_episode on an empty buffer (0 episodes)")
+        s = self._store
+        new_steps = int(self._ends[self._n_ep - 2]) if self._n_ep > 1 else 0
+        s.resize("meta", EPISODE_ENDS, self._n_ep - 1)
+        self._n_ep -= 1
+        self._idx_cache = None
+        for key in self.keys():
+            s.resize("data", key, new_steps)
+
+    def pop_episode(self) -> dict[str, np.ndarray]:
+        """Remove the last episode and return it (a copy: key → array (T, ...)).
+
+        Raises:
+            IndexError: the buffer is empty.  ReadOnlyError: read-only buffer.
+        """
+        self._require_writable()
+        if self._n_ep == 0:
+            raise IndexError("pop_episode on an empty buffer (0 episodes)")
+        episode = self.get_episode(self._n_ep - 1, copy=True)
+        self.drop_episode()
+        return episode
+
+    # ------------------------------------------------------------------ reading
+    def get_episode_slice(self, idx: int) -> slice:
+        """``slice(start, stop)`` of episode ``idx`` in step indices (negative ``idx`` counts from the
+        end). Raises IndexError (out of range, naming index and count) / TypeError (not an int)."""
+        i = _check_index(idx, self._n_ep)
+        start = int(self._ends[i - 1]) if i > 0 else 0
+        return slice(start, int(self._ends[i]))
+
+    def get_episode(self, idx: int, copy: bool = False) -> dict[str, np.ndarray]:
+        """Episode ``idx`` as key → array (T, ...); O(1) index resolution, negative allowed.
+
+        ``copy=False`` may return views into in-memory storage. Raises IndexError / TypeError."""
+        sl = self.get_episode_slice(idx)
+        return self.get_steps_slice(sl.start, sl.stop, copy=copy)
+
+    def get_steps_slice(self, start: int | None, stop: int | None, step: int | None = None,
+                        copy: bool = False) -> dict[str, np.ndarray]:
+        """Steps ``[start:stop:step]`` (Python slice semantics over ``n_steps``) of every data key.
+
+        Raises:
+            ValueError: ``step`` ≤ 0.
+        """
+        if step is not None and step <= 0:
+            raise ValueError(f"step must be positive, got {step}")
+        a, b, st = slice(start, stop, step).indices(self.n_steps)
+        b = max(a, b)
+        out = {}
+        for key in self.keys():
+            x = self._store.read("data", key, a, b, st if st != 1 else None)
+            out[key] = x.copy() if copy and self.backend == "numpy" else x
+        return out
+
+    def read_ranges(self, key: str, starts, stops) -> list[np.ndarray]:
+        """Rows ``[starts[i], stops[i])`` of data ``key`` for every i (one ndarray each), served by the
+        backend's batched reader when it has one.
+
+        Raises:
+            KeyError: unknown key.  ValueError: ranges outside ``[0, n_steps]`` or lengths differ.
+        """
+        if key not in self:
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        starts = np.asarray(starts, dtype=np.int64)
+        stops = np.asarray(stops, dtype=np.int64)
+        if starts.shape != stops.shape or starts.ndim != 1:
+            raise ValueError(f"starts {starts.shape} and stops {stops.shape} must be 1-D of one length")
+        if starts.size and (starts.min() < 0 or stops.max() > self.n_steps or np.any(stops < starts)):
+            raise ValueError(f"row ranges must satisfy 0 <= start <= stop <= n_steps={self.n_steps}")
+        return self._store.read_ranges("data", key, starts, stops)
+
+    # ------------------------------------------------------------------ chunks / codecs
+    def _require_cap(self, cap: str, what: str) -> None:
+        if cap not in self._store.capabilities:
+            raise CapabilityError(f"{what} needs a backend with {cap!r}; the {self.backend!r} backend has "
+                                  f"{sorted(self._store.capabilities)}")
+
+    def get_chunks(self) -> dict[str, tuple[int, ...]]:
+        """key → chunk shape. Raises CapabilityError (a RuntimeError) without chunk support."""
+        self._require_cap(CAP_CHUNKS, "get_chunks")
+        return {k: tuple(self._store.chunks("data", k)) for k in self.keys()}
+
+    def set_chunks(self, chunks: Mapping[str, tuple[int, ...]]) -> None:
+        """Rechunk the named arrays (streaming; the new array is written beside the old and swapped).
+
+        Raises:
+            CapabilityError: backend without chunks.  KeyError: unknown key.
+            ValueError / TypeError: chunk tuples rejected by :func:`check_chunks_compatible`.
+        """
+        self._require_cap(CAP_CHUNKS, "set_chunks")
+        self._require_writable()
+        for key, ck in chunks.items():
+            if key not in self:
+                raise KeyError(f"set_chunks: no data key {key!r} (keys: {self.keys()})")
+            check_chunks_compatible(ck, self._store.shape("data", key))
+        for key, ck in chunks.items():
+            if tuple(ck) != tuple(self._store.chunks("data", key)):
+                rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck))
+
+    def get_compressors(self) -> dict[str, Any]:
+        """key → codec (compressor, or the serializer such as WebP for image arrays; None if none)."""
+        self._require_cap(CAP_CODECS, "get_compressors")
+        return {k: self._store.codec("data", k) for k in self.keys()}
+
+    def set_compressors(self, compressors: Mapping[str, Any]) -> None:
+        """Recompress the named arrays (preset names or codecs), keeping their chunks.
+
+        Raises: CapabilityError, KeyError (unknown key), ValueError (unknown preset name)."""
+        self._require_cap(CAP_CODECS, "set_compressors")
+        self._require_writable()
+        resolved = {}
+        for key, c in compressors.items():
+            if key not in self:
+                raise KeyError(f"set_compressors: no data key {key!r} (keys: {self.keys()})")
+            resolved[key] = _resolve_compressor(c)
+        for key, codec in resolved.items():
+            if not _same_codec(self._store, key, codec):
+                rechunk_array(self._store, "data", key, codec=codec)
+
+
+def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:
+    same = getattr(store, "codecs_equal", None)
+    current = store.codec("data", key)
+    if callable(same):
+        return bool(same(current, codec))
+    return current == codec
+
+
+_KEEP = object()
+
+
+def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple[int, ...] | None = None,
+                  codec: Any = _KEEP, shards: Any = _KEEP, tmp_key: str = "_temp") -> None:
+    """Rewrite ``group/name`` with new chunks and/or codec: stream into ``tmp_key`` beside it, then
+    swap (old → ``<tmp_key>_old``, new → name, delete old), so a failure midway loses nothing.
+
+    ``chunks=None`` keeps the current chunks; ``codec``/``shards`` default to the current ones (shards
+    are dropped when the new chunk length does not divide them).
+    """
+    old_chunks = tuple(store.chunks(group, name))
+    new_chunks = tuple(chunks) if chunks is not None else old_chunks
+    check_chunks_compatible(new_chunks, store.shape(group, name))
+    if codec is _KEEP:
+        codec = store.codec(group, name)
+    if shards is _KEEP:
+        shards = store.shards(group, name) if CAP_SHARDS in store.capabilities else None
+        if shards is not None and any(s % c for s, c in zip(shards, new_chunks)):
+            shards = None
+    backup = f"{tmp_key}_old"
+    for stale in (tmp_key, backup):
+        if store.has_array(group, stale):
+            store.delete_array(group, stale)
+    copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards)
+    store.rename_array(group, name, backup)
+    store.rename_array(group, tmp_key, name)
+    store.delete_array(group, backup)

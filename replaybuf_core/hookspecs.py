@@ -1,0 +1,27 @@
+"""pluggy hook specifications of the ``replaybuf`` project: the one extension point for backends.
+
+A backend package exposes a module with a ``@hookimpl``-decorated ``replaybuf_backends`` function
+and names that module in its ``[project.entry-points.replaybuf]`` table, e.g.::
+
+    [project.entry-points.replaybuf]
+    hdf5 = "replaybuf_hdf5.plugin"
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT_NAME = "replaybuf"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def replaybuf_backends() -> list[type]:
+    """Return the backend entry-point classes this plugin provides.
+
+    Each is a subclass of :class:`replaybuf_core.protocol.BackendEntrypoint` with a unique ``name``.
+    The hook is called once per process (the registry caches it); it must be cheap and must not
+    open any store.
+    """

@@ -1,0 +1,155 @@
+"""The storage protocol: the verbs a backend provides, and the entry-point class that makes one.
+
+A backend knows arrays in two groups, ``"data"`` and ``"meta"``; it does not know what an episode is
+(that is :class:`replaybuf_core.ReplayBuffer`'s job).  Arrays are addressed by ``(group, name)``; time
+is axis 0.  Row regions are half-open ``[start, stop)`` ranges along axis 0.
+
+Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
+
+``"chunks"``       ``chunks()`` answers and ``create_array(chunks=...)`` is honoured
+``"codecs"``       ``codec()`` answers and ``create_array(codec=...)`` is honoured
+``"shards"``       ``shards()`` answers and ``create_array(shards=...)`` is honoured
+``"persistent"``   data survives the process (a file or directory store)
+``"batched_read"`` ``read_ranges`` serves many row ranges with one read per chunk touched
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+GROUPS = ("data", "meta")
+
+CAP_CHUNKS = "chunks"
+CAP_CODECS = "codecs"
+CAP_SHARDS = "shards"
+CAP_PERSISTENT = "persistent"
+CAP_BATCHED_READ = "batched_read"
+KNOWN_CAPABILITIES = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT, CAP_BATCHED_READ})
+
+
+@runtime_checkable
+class StorageBackend(Protocol):
+    """An open root holding the groups ``data`` and ``meta``: the storage verbs replaybuf needs.
+
+    Strings: arrays of Python ``str`` are created with ``dtype=object``; ``read`` returns them as
+    ``object`` arrays of ``str`` whatever the backend stores natively.
+    Errors: a missing array is a ``KeyError`` naming ``group/name``; a write on a read-only root is a
+    :class:`replaybuf_core.errors.ReadOnlyError`.
+    """
+
+    name: str
+    """The backend's registered name, e.g. ``"zarr"``."""
+    capabilities: frozenset[str]
+    """Subset of :data:`KNOWN_CAPABILITIES`."""
+    read_only: bool
+
+    @property
+    def root(self) -> Any:
+        """The native root object (``zarr.Group``, ``dict``, ``h5py.File``...)."""
+
+    def has_group(self, group: str) -> bool: ...
+
+    def require_group(self, group: str) -> None: ...
+
+    def native_group(self, group: str) -> Any:
+        """The native object of a group (what ``ReplayBuffer.data`` / ``.meta`` return)."""
+
+    def list_arrays(self, group: str) -> list[str]:
+        """Names of the arrays directly in ``group``, sorted."""
+
+    def has_array(self, group: str, name: str) -> bool: ...
+
+    def get_array(self, group: str, name: str) -> Any:
+        """The native array object; supports ``.shape``, ``.dtype`` and ``[slice]`` → ndarray."""
+
+    def create_array(
+        self,
+        group: str,
+        name: str,
+        *,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[int, ...] | None = None,
+        codec: Any = None,
+        shards: tuple[int, ...] | None = None,
+        fill_value: Any = None,
+    ) -> None:
+        """Create an array (replacing none: the name must be free) filled with ``fill_value``.
+
+        ``codec`` is a compressor (e.g. ``numcodecs.Blosc``) or a serializer the backend understands;
+        ``None`` means uncompressed.  Backends ignore ``chunks``/``codec``/``shards`` they lack the
+        capability for."""
+
+    def delete_array(self, group: str, name: str) -> None: ...
+
+    def rename_array(self, group: str, src: str, dst: str) -> None:
+        """Move an array to a free name in the same group (atomic where the store allows)."""
+
+    def shape(self, group: str, name: str) -> tuple[int, ...]: ...
+
+    def dtype(self, group: str, name: str) -> np.dtype: ...
+
+    def chunks(self, group: str, name: str) -> tuple[int, ...] | None:
+        """Chunk shape (the read unit), or ``None`` when the backend has no chunks."""
+
+    def shards(self, group: str, name: str) -> tuple[int, ...] | None:
+        """Shard shape (the stored-object unit), or ``None`` when unsharded."""
+
+    def codec(self, group: str, name: str) -> Any:
+        """The array's compressor, or its serializer when that is not plain bytes (e.g. WebP);
+        ``None`` when uncompressed or unknown to the backend."""
+
+    def resize(self, group: str, name: str, n_rows: int) -> None:
+        """Set the length of axis 0.  Rows dropped by a shrink must not reappear after a later grow
+        (grown rows hold the fill value)."""
+
+    def write(self, group: str, name: str, start: int, values: np.ndarray) -> None:
+        """Write ``values`` to rows ``[start, start + len(values))``; the rows must exist."""
+
+    def read(self, group: str, name: str, start: int, stop: int, step: int | None = None) -> np.ndarray:
+        """Rows ``[start:stop:step]`` as an ndarray (``0 <= start <= stop <= len``); in-memory
+        backends may return a view, callers copy when they need to."""
+
+    def read_ranges(
+        self, group: str, name: str, starts: Sequence[int], stops: Sequence[int]
+    ) -> list[np.ndarray]:
+        """Many row ranges at once (one ndarray per range).  Backends without
+        ``"batched_read"`` may implement it as a loop over :meth:`read`."""
+
+    def get_attrs(self, group: str) -> dict[str, Any]: ...
+
+    def set_attrs(self, group: str, attrs: Mapping[str, Any]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class BackendEntrypoint:
+    """What a plugin registers: a small named class that opens and creates roots of one backend.
+
+    Subclasses set :attr:`name`, :attr:`description`, :attr:`capabilities` and implement the three
+    methods.  Modelled on xarray's ``BackendEntrypoint`` (``open_dataset`` + ``guess_can_open``).
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    def guess_can_open(self, obj: Any) -> bool:
+        """True when ``obj`` (a native root, a store object, a path...) is this backend's."""
+        return False
+
+    def open(self, obj: Any, *, read_only: bool = False) -> StorageBackend:
+        """Open an existing root.  Raises ``ValueError``/``FileNotFoundError`` for what it cannot open."""
+        raise NotImplementedError
+
+    def create(self, store: Any = None, *, if_exists: str = "replace", **kwargs: Any) -> StorageBackend:
+        """Create (or reuse, see ``if_exists``) a root holding empty ``data`` and ``meta`` groups.
+
+        ``store=None`` means the backend's in-memory default.  ``if_exists``: ``"replace"`` clears an
+        existing root, ``"append"`` keeps what is there, ``"raise"`` raises ``FileExistsError``."""
+        raise NotImplementedError

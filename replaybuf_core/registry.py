@@ -1,0 +1,187 @@
+"""The backend registry: loads the ``replaybuf`` entry-point group through pluggy and resolves a
+backend by name or by the object handed in.
+
+Modelled on xarray's ``plugins.py`` and datasette's ``get_plugins()``: a plugin that fails to import
+or whose hook raises becomes a ``RuntimeWarning`` (the other backends stay usable); two backends with
+one name warn and the first loaded wins; when nothing can open an input the error lists what is
+installed.  The built-in ``numpy`` and ``zarr`` backends are found the same way as third-party ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import BackendNotFoundError
+from .protocol import BackendEntrypoint, KNOWN_CAPABILITIES
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "replaybuf"
+_BUILTIN_ORDER = ("numpy", "zarr")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One installed backend: its name, the entry-point object, and where it came from."""
+
+    name: str
+    entrypoint: BackendEntrypoint
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return frozenset(self.entrypoint.capabilities)
+
+    @property
+    def description(self) -> str:
+        return self.entrypoint.description
+
+
+_dist_of_plugin: dict[str, tuple[str | None, str | None]] = {}
+
+
+@functools.cache
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, with every loadable ``replaybuf`` entry point registered."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    eps = sorted(
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
+        key=lambda ep: (ep.name not in _BUILTIN_ORDER, ep.name),
+    )
+    for ep in eps:
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        dist = getattr(ep, "dist", None)
+        dist_name = dist.metadata["Name"] if dist is not None else None
+        dist_version = dist.version if dist is not None else None
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not break the others
+            warnings.warn(
+                f"replaybuf backend plugin {ep.name!r} ({ep.value}, distribution {dist_name}) failed "
+                f"to load and is skipped: {type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        pm.register(module, name=ep.name)
+        _dist_of_plugin[ep.name] = (dist_name, dist_version)
+    return pm
+
+
+@functools.cache
+def _backends() -> dict[str, BackendInfo]:
+    pm = get_plugin_manager()
+    found: dict[str, BackendInfo] = {}
+    # get_hookimpls() lists implementations in registration order (built-ins first)
+    for impl in pm.hook.replaybuf_backends.get_hookimpls():
+        try:
+            classes = impl.function()
+        except Exception as exc:
+            warnings.warn(
+                f"replaybuf plugin {impl.plugin_name!r} raised in replaybuf_backends() and is "
+                f"skipped: {type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        dist_name, dist_version = _dist_of_plugin.get(impl.plugin_name, (None, None))
+        for cls in classes or ():
+            entry = cls() if isinstance(cls, type) else cls
+            if not isinstance(entry, BackendEntrypoint) or not entry.name:
+                warnings.warn(
+                    f"replaybuf plugin {impl.plugin_name!r} returned {cls!r}, which is not a named "
+                    "BackendEntrypoint; skipped",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            unknown = set(entry.capabilities) - KNOWN_CAPABILITIES
+            if unknown:
+                logger.debug("backend %s declares unknown capabilities %s", entry.name, sorted(unknown))
+            if entry.name in found:
+                warnings.warn(
+                    f"two replaybuf backends are named {entry.name!r} (plugins "
+                    f"{found[entry.name].plugin!r} and {impl.plugin_name!r}); using the first",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            found[entry.name] = BackendInfo(entry.name, entry, impl.plugin_name, dist_name, dist_version)
+    return found
+
+
+def list_backends() -> dict[str, BackendInfo]:
+    """Installed backends by name (cached per process), built-ins first."""
+    return dict(_backends())
+
+
+def reload_backends() -> None:
+    """Forget the cached plugin manager and backends (tests; after installing a plugin in-process)."""
+    _backends.cache_clear()
+    get_plugin_manager.cache_clear()
+    _dist_of_plugin.clear()
+
+
+def _installed_text() -> str:
+    names = ", ".join(sorted(_backends())) or "none"
+    return (
+        f"installed backends: {names}. Backends come from the 'replaybuf' entry-point group; "
+        "install a backend package (e.g. `pip install ./plugins/replaybuf-hdf5`) to add one"
+    )
+
+
+def get_backend(name: str) -> BackendEntrypoint:
+    """The entry point of the backend called ``name``.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        BackendNotFoundError: no installed backend has that name (the message lists those installed).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"backend name must be a str, got {type(name).__name__} {name!r}")
+    try:
+        return _backends()[name].entrypoint
+    except KeyError:
+        raise BackendNotFoundError(f"no replaybuf backend named {name!r}; {_installed_text()}") from None
+
+
+def guess_backend(obj: Any) -> BackendEntrypoint:
+    """The first installed backend whose ``guess_can_open(obj)`` is true.
+
+    Raises:
+        BackendNotFoundError: none claims ``obj`` (the message lists the installed backends).
+    """
+    for info in _backends().values():
+        try:
+            if info.entrypoint.guess_can_open(obj):
+                return info.entrypoint
+        except Exception as exc:  # a buggy guess must not hide the other backends
+            logger.warning("backend %s raised in guess_can_open: %s", info.name, exc)
+    raise BackendNotFoundError(
+        f"no replaybuf backend can open {type(obj).__name__} {obj!r:.200}; {_installed_text()}"
+    )
+
+
+def open_backend(obj: Any, *, backend: str | None = None, read_only: bool = False):
+    """Open ``obj`` (a native root, store or path) with the named backend, or the one that claims it.
+
+    An object that already is a :class:`~replaybuf_core.protocol.StorageBackend` is returned as is.
+    """
+    from .protocol import StorageBackend
+
+    if isinstance(obj, StorageBackend) and not isinstance(obj, (dict, str)):
+        return obj
+    entry = get_backend(backend) if backend is not None else guess_backend(obj)
+    return entry.open(obj, read_only=read_only)

@@ -1,0 +1,340 @@
+"""The Zarr v3 backend: a ``zarr.Group`` holding ``data/`` and ``meta/`` groups.
+
+Also opens zarr v2 stores (diffusion_policy's format) and ``.zip`` stores read-only.  Strings are
+stored as zarr's variable-length UTF-8 and read back as ``object`` arrays of ``str``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import Store
+from zarr.core.sync import sync
+
+from replaybuf_core.errors import ReadOnlyError
+from replaybuf_core.protocol import (
+    CAP_CHUNKS,
+    CAP_CODECS,
+    CAP_PERSISTENT,
+    CAP_SHARDS,
+    GROUPS,
+    BackendEntrypoint,
+)
+
+from .codec_convert import codec_of_array, to_zarr_codecs
+
+
+def _is_string_dtype(dtype: np.dtype) -> bool:
+    return dtype == object or dtype.kind in ("U", "T")
+
+
+def _as_object_strings(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind in ("T", "U"):
+        return values.astype(object)
+    return values
+
+
+class ZarrBackend:
+    """:class:`~replaybuf_core.protocol.StorageBackend` over a zarr group (v3, or v2 for reading)."""
+
+    name = "zarr"
+
+    def __init__(self, root: zarr.Group, *, read_only: bool | None = None):
+        if not isinstance(root, zarr.Group):
+            raise TypeError(f"the zarr backend needs a zarr.Group, got {type(root).__name__}")
+        self._root = root
+        store_ro = bool(getattr(root.store, "read_only", False))
+        self.read_only = store_ro if read_only is None else (bool(read_only) or store_ro)
+        caps = {CAP_CHUNKS, CAP_CODECS}
+        if root.metadata.zarr_format == 3:
+            caps.add(CAP_SHARDS)
+        if _local_root(root.store) is not None or type(root.store).__name__ in ("ZipStore", "FsspecStore"):
+            caps.add(CAP_PERSISTENT)
+        self.capabilities = frozenset(caps)
+
+    # -- groups ---------------------------------------------------------------------------------
+    @property
+    def root(self) -> zarr.Group:
+        return self._root
+
+    @property
+    def zarr_format(self) -> int:
+        return self._root.metadata.zarr_format
+
+    def has_group(self, group: str) -> bool:
+        try:
+            return isinstance(self._root[group], zarr.Group)
+        except KeyError:
+            return False
+
+    def require_group(self, group: str) -> None:
+        self._check_writable()
+        self._root.require_group(group)
+
+    def native_group(self, group: str) -> zarr.Group:
+        return self._group(group)
+
+    def _group(self, group: str) -> zarr.Group:
+        if group not in GROUPS:
+            raise ValueError(f"unknown group {group!r}; groups are {GROUPS}")
+        try:
+            g = self._root[group]
+        except KeyError:
+            raise KeyError(f"group {group!r} is missing from the zarr store") from None
+        if not isinstance(g, zarr.Group):
+            raise KeyError(f"{group!r} in the zarr store is an array, not a group")
+        return g
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"the zarr store {self._root.store} is open read-only")
+
+    # -- arrays ---------------------------------------------------------------------------------
+    def list_arrays(self, group: str) -> list[str]:
+        return sorted(name for name, _ in self._group(group).arrays())
+
+    def has_array(self, group: str, name: str) -> bool:
+        try:
+            return isinstance(self._group(group)[name], zarr.Array)
+        except KeyError:
+            return False
+
+    def get_array(self, group: str, name: str) -> zarr.Array:
+        try:
+            arr = self._group(group)[name]
+        except KeyError:
+            raise KeyError(f"no array {group}/{name} in the zarr store") from None
+        if not isinstance(arr, zarr.Array):
+            raise KeyError(f"{group}/{name} is a group, not an array")
+        return arr
+
+    def create_array(self, group, name, *, shape, dtype, chunks=None, codec=None, shards=None, fill_value=None):
+        self._check_writable()
+        g = self._group(group)
+        if name in g:
+            raise ValueError(f"array {group}/{name} already exists")
+        dtype = np.dtype(dtype)
+        kwargs: dict[str, Any] = {}
+        if _is_string_dtype(dtype):
+            kwargs["dtype"] = str
+            fill_value = "" if fill_value is None else fill_value
+            if codec is not None and self.zarr_format == 3:
+                kwargs["compressors"] = to_zarr_codecs(codec)[1]
+        else:
+            kwargs["dtype"] = dtype
+            serializer, compressors = to_zarr_codecs(codec, self.zarr_format)
+            if self.zarr_format == 2:
+                kwargs["compressor"] = compressors
+            else:
+                kwargs["serializer"] = serializer
+                kwargs["compressors"] = compressors
+        if shards is not None and self.zarr_format == 3:
+            kwargs["shards"] = tuple(int(s) for s in shards)
+        g.create_array(
+            name,
+            shape=tuple(int(s) for s in shape),
+            chunks=tuple(int(c) for c in chunks) if chunks is not None else "auto",
+            fill_value=fill_value,
+            **kwargs,
+        )
+
+    def delete_array(self, group, name):
+        self._check_writable()
+        self.get_array(group, name)
+        del self._group(group)[name]
+
+    def rename_array(self, group, src, dst):
+        self._check_writable()
+        self.get_array(group, src)
+        g = self._group(group)
+        if dst in g:
+            raise ValueError(f"cannot rename {group}/{src} to {dst!r}: the name is taken")
+        rename_member(g, src, dst)
+
+    def shape(self, group, name):
+        return tuple(self.get_array(group, name).shape)
+
+    def dtype(self, group, name):
+        dt = self.get_array(group, name).dtype
+        return np.dtype(object) if _is_string_dtype(np.dtype(dt) if not isinstance(dt, np.dtype) else dt) else dt
+
+    def chunks(self, group, name):
+        return tuple(self.get_array(group, name).chunks)
+
+    def shards(self, group, name):
+        arr = self.get_array(group, name)
+        shards = getattr(arr, "shards", None)
+        return tuple(shards) if shards is not None else None
+
+    def codec(self, group, name):
+        return codec_of_array(self.get_array(group, name))
+
+    def resize(self, group, name, n_rows):
+        self._check_writable()
+        arr = self.get_array(group, name)
+        old = arr.shape[0]
+        n_rows = int(n_rows)
+        if n_rows < old:
+            # zarr keeps a partial chunk's stale rows past the new end; a later grow would bring
+            # them back.  Overwrite them with the fill value before shrinking.
+            obj = (arr.shards or arr.chunks)[0] if self.zarr_format == 3 else arr.chunks[0]
+            tail_end = min(old, -(-n_rows // obj) * obj)
+            if tail_end > n_rows:
+                fill = arr.fill_value
+                arr[n_rows:tail_end] = np.full((tail_end - n_rows,) + arr.shape[1:], fill, dtype=arr.dtype) \
+                    if not _is_string_dtype(np.dtype(self.dtype(group, name))) else \
+                    np.full((tail_end - n_rows,) + arr.shape[1:], "", dtype=object)
+        arr.resize((n_rows,) + tuple(arr.shape[1:]))
+
+    def write(self, group, name, start, values):
+        self._check_writable()
+        arr = self.get_array(group, name)
+        values = np.asarray(values)
+        if values.ndim == 0 or arr.ndim == 0:  # a meta scalar
+            arr[...] = values
+            return
+        stop = start + len(values)
+        if start < 0 or stop > arr.shape[0]:
+            raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {arr.shape[0]}")
+        arr[start:stop] = values
+
+    def read(self, group, name, start, stop, step=None):
+        return _as_object_strings(self.get_array(group, name)[start:stop:step])
+
+    def read_ranges(self, group: str, name: str, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:
+        arr = self.get_array(group, name)
+        return [_as_object_strings(arr[a:b]) for a, b in zip(starts, stops)]
+
+    def get_attrs(self, group):
+        return dict(self._group(group).attrs)
+
+    def set_attrs(self, group, attrs: Mapping[str, Any]):
+        self._check_writable()
+        self._group(group).attrs.update(dict(attrs))
+
+    def flush(self):
+        pass
+
+    def close(self):
+        store = self._root.store
+        if type(store).__name__ == "ZipStore":
+            store.close()
+
+
+def rename_member(g: zarr.Group, src: str, dst: str) -> None:
+    """Move member ``src`` of zarr group ``g`` to the free name ``dst`` (zarr 3.1 has no ``move``):
+    one atomic directory rename on a ``LocalStore``, else a copy of every stored key, then deletes."""
+    store = g.store
+    src_key = f"{g.path}/{src}" if g.path else src
+    dst_key = f"{g.path}/{dst}" if g.path else dst
+    local = _local_root(store)
+    if local is not None:
+        os.rename(local / src_key, local / dst_key)
+        return
+    keys = sync(_collect(store.list_prefix(src_key + "/")))
+    proto = zarr.core.buffer.default_buffer_prototype()
+    for key in keys:
+        buf = sync(store.get(key, prototype=proto))
+        sync(store.set(dst_key + key[len(src_key):], buf))
+    for key in keys:
+        sync(store.delete(key))
+
+
+async def _collect(agen) -> list[str]:
+    return [k async for k in agen]
+
+
+def _local_root(store: Any) -> Path | None:
+    from zarr.storage import LocalStore
+
+    if isinstance(store, LocalStore):
+        return Path(store.root)
+    return None
+
+
+def _looks_like_zarr_path(obj: Any) -> bool:
+    if not isinstance(obj, (str, os.PathLike)):
+        return False
+    s = os.fspath(obj)
+    if "://" in s:
+        return False
+    p = Path(os.path.expanduser(s))
+    if s.endswith((".zarr", ".zarr/", ".zarr.zip")) or p.suffix == ".zip":
+        return True
+    return p.is_dir() and ((p / "zarr.json").exists() or (p / ".zgroup").exists())
+
+
+def open_store(obj: Any, *, read_only: bool) -> Store:
+    """A zarr store for a path (directory → ``LocalStore``, ``.zip`` → ``ZipStore``) or a store."""
+    from zarr.storage import LocalStore, ZipStore
+
+    if isinstance(obj, Store):
+        return obj.with_read_only(True) if read_only and not obj.read_only else obj
+    path = Path(os.path.expanduser(os.fspath(obj)))
+    if path.suffix == ".zip":
+        if not read_only:
+            raise ValueError(f"{path}: .zip stores open read-only; save to a directory to write")
+        return ZipStore(path, mode="r")
+    return LocalStore(path, read_only=read_only)
+
+
+class ZarrEntrypoint(BackendEntrypoint):
+    """Opens ``zarr.Group`` objects, zarr stores and paths to zarr directories / ``.zip`` files;
+    creates roots in a store (``MemoryStore`` by default) or a directory path."""
+
+    name = "zarr"
+    description = "Zarr v3 groups (MemoryStore, LocalStore, ZipStore); reads zarr v2"
+    capabilities = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT})
+
+    def guess_can_open(self, obj: Any) -> bool:
+        return isinstance(obj, (zarr.Group, Store)) or _looks_like_zarr_path(obj)
+
+    def open(self, obj: Any, *, read_only: bool = False) -> ZarrBackend:
+        if isinstance(obj, zarr.Group):
+            if read_only and not obj.store.read_only:
+                obj = zarr.open_group(obj.store.with_read_only(True), path=obj.path, mode="r")
+            return ZarrBackend(obj, read_only=read_only or None)
+        if not isinstance(obj, Store):
+            path = Path(os.path.expanduser(os.fspath(obj)))
+            if not path.exists():
+                raise FileNotFoundError(f"no zarr store at {path}")
+        store = open_store(obj, read_only=read_only)
+        try:
+            group = zarr.open_group(store, mode="r" if read_only else "r+")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{obj}: no zarr group found (no zarr.json / .zgroup)") from None
+        return ZarrBackend(group, read_only=read_only or None)
+
+    def create(self, store: Any = None, *, if_exists: str = "replace", root: zarr.Group | None = None,
+               **kwargs: Any) -> ZarrBackend:
+        from zarr.storage import MemoryStore
+
+        if root is None:
+            if store is None:
+                store = MemoryStore()
+            elif not isinstance(store, Store):
+                path = Path(os.path.expanduser(os.fspath(store)))
+                if if_exists == "replace" and path.exists() and not (path / "zarr.json").exists() \
+                        and not (path / ".zgroup").exists() and any(path.iterdir()):
+                    raise FileExistsError(f"{path} exists and is not a zarr store; refusing to replace it")
+                if if_exists == "replace" and path.exists():
+                    shutil.rmtree(path)
+                store = open_store(path, read_only=False)
+            mode = {"replace": "w", "append": "a", "raise": "w-"}.get(if_exists)
+            if mode is None:
+                raise ValueError(f"if_exists must be 'replace', 'append' or 'raise', got {if_exists!r}")
+            try:
+                root = zarr.open_group(store, mode=mode, zarr_format=3)
+            except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError) as exc:
+                raise FileExistsError(f"a zarr store already exists at {store}: {exc}") from None
+        backend = ZarrBackend(root)
+        for group in GROUPS:
+            if not backend.has_group(group):
+                backend.require_group(group)
+        return backend

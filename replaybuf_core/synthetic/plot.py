@@ -106,7 +106,7 @@ def plot_trajectories(
 
     fig = Figure(figsize=figsize, dpi=dpi)
     FigureCanvasAgg(fig)
-    ax = fig.add_axes([0.06, 0.08, 0.62, 0.84])
+    ax = fig.add_axes([0.08, 0.08, 0.62, 0.84])
     ax.set_xlim(0.0, 1.0)
     ax.set_ylim(0.0, 1.0)
     ax.set_aspect("equal")

@@ -23,8 +23,10 @@ Tasks (``K`` = ``num_modes``, ``S`` = ``num_styles``; mode count ``M``; context 
     ``K >= 2`` straight rays from the centre (0.5, 0.5) to radius 0.4, ray ``k`` at angle
     ``2*pi*k/K`` (ray 0 points right, counter-clockwise). An axis-aligned square obstacle
     sits on each bisector at distance 0.3 from the centre, sized so that it stays at least
-    ``0.01 + 5 * noise_std`` from both neighbouring rays (half-side clamped to
-    [0.005, 0.06]). ``M = K``, ``C = K``, context all zeros.
+    ``0.01 + 5 * noise_std`` from both neighbouring rays (half-side clamped to [0.02, 0.06];
+    with many rays -- about K > 16 at the default noise -- the squares crowd the rays, noisy
+    samples keep colliding and generation raises RuntimeError). ``M = K``, ``C = K``,
+    context all zeros.
 ``corridor_navigation``
     A vertical wall ``x in [0.47, 0.53]`` spanning the square, with ``K`` gaps (``K`` even,
     ``2 <= K <= 40``) centred at ``y_k = 0.05 + 0.9 (k + 0.5) / K`` so none is on the
@@ -78,7 +80,7 @@ CIRCLE_OBSTACLE_RADIUS = 0.05
 # radial
 RAY_LENGTH = 0.4
 RADIAL_OBSTACLE_DISTANCE = 0.3
-RADIAL_HALF_SIDE_RANGE = (0.005, 0.06)
+RADIAL_HALF_SIDE_RANGE = (0.02, 0.06)
 RADIAL_BASE_CLEARANCE = 0.01
 CLEARANCE_SIGMAS = 5.0
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replaybuf_core import ReplayBuffer
 from replaybuf_core.sampler import (
     IS_PAD_KEY,
     SequenceSampler,
@@ -81,10 +82,18 @@ def make_buffer(backend: str, lengths, seed: int = 0):
     episodes = [make_episode(rng, n, i) for i, n in enumerate(lengths)]
     if backend == "fake":
         return FakeBuffer(episodes)
-    raise ValueError(backend)
+    if backend == "numpy":
+        buf = ReplayBuffer.create_empty_numpy()
+    elif backend == "zarr":
+        buf = ReplayBuffer.create_empty_zarr()
+    else:
+        raise ValueError(backend)
+    for ep in episodes:
+        buf.add_episode(ep)
+    return buf
 
 
-BACKENDS = ["fake"]
+BACKENDS = ["fake", "numpy", "zarr"]
 LENGTHS = [5, 1, 3, 8, 2]
 
 
@@ -457,3 +466,15 @@ def test_measure_create_indices_100k_episodes(capsys):
             f"\ncreate_indices 100k episodes, {out['numba'][1]} windows: "
             f"numba {out['numba'][0] * 1e3:.1f} ms, numpy {out['numpy'][0] * 1e3:.1f} ms"
         )
+
+
+def test_sampler_imports_neither_zarr_nor_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, replaybuf_core.sampler, replaybuf_core.sampler_indices; "
+        "bad = [m for m in ('zarr', 'torch') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -73,6 +73,10 @@ def test_shapes_and_dtypes(task, kwargs, num_modes):
         assert np.all(ep["mode_id"] == ep["mode_id"][0, 0]) and ep["mode_id"][0, 0] < num_modes
 
 
+def test_every_task_is_covered():
+    assert {case[0] for case in TASK_CASES} == set(TASK_NAMES)
+
+
 def test_zero_episodes_yields_nothing():
     assert _episodes("circle", n=0) == []
 

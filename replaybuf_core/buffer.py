@@ -34,6 +34,7 @@ from .copying import copy_array
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from .errors import CapabilityError, CorruptStoreError, ReadOnlyError
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+from .writer import EpisodeWriter
 
 logger = logging.getLogger(__name__)
 
@@ -584,14 +585,12 @@ class ReplayBuffer:
         start, stop = self.n_steps, self.n_steps + length
         written: list[str] = []
         try:
+            self._create_arrays(arrays, layouts, n_rows=stop)
+            written.extend(layouts)
             for key, arr in arrays.items():
-                if key in layouts:
-                    ck, codec = layouts[key]
-                    s.create_array("data", key, shape=(stop,) + arr.shape[1:], dtype=arr.dtype,
-                                   chunks=ck, codec=codec)
-                else:
+                if key not in layouts:
                     s.resize("data", key, stop)
-                written.append(key)
+                    written.append(key)
                 s.write("data", key, start, arr)
         except BaseException:
             for key in written:  # roll back what this call grew; best effort
@@ -605,17 +604,38 @@ class ReplayBuffer:
             raise
         self._commit_episode_end(stop)
 
+    def _create_arrays(self, arrays: Mapping[str, np.ndarray], layouts: Mapping[str, tuple], n_rows: int) -> None:
+        """Create the data arrays named in ``layouts`` ((chunks, codec) per key) with ``n_rows`` rows."""
+        for key, (ck, codec) in layouts.items():
+            arr = arrays[key]
+            self._store.create_array("data", key, shape=(n_rows,) + arr.shape[1:], dtype=arr.dtype,
+                                     chunks=ck, codec=codec)
+
     def _commit_episode_end(self, end: int) -> None:
+        self._commit_episode_ends(np.array([end], dtype=np.int64))
+
+    def _commit_episode_ends(self, ends: np.ndarray) -> None:
+        """Append ``ends`` (int64, increasing, all data rows already written) to ``meta/episode_ends``:
+        the commit point of every append."""
         s = self._store
-        if self._n_ep == self._ends.size:
-            grown = np.empty(max(16, 2 * self._ends.size), dtype=np.int64)
+        k = len(ends)
+        if self._n_ep + k > self._ends.size:
+            grown = np.empty(max(16, 2 * self._ends.size, self._n_ep + k), dtype=np.int64)
             grown[: self._n_ep] = self._ends[: self._n_ep]
             self._ends = grown
-        s.resize("meta", EPISODE_ENDS, self._n_ep + 1)
-        s.write("meta", EPISODE_ENDS, self._n_ep, np.array([end], dtype=np.int64))
-        self._ends[self._n_ep] = end
-        self._n_ep += 1
+        s.resize("meta", EPISODE_ENDS, self._n_ep + k)
+        s.write("meta", EPISODE_ENDS, self._n_ep, ends)
+        self._ends[self._n_ep: self._n_ep + k] = ends
+        self._n_ep += k
         self._idx_cache = None
+
+    def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,
+               max_staged_bytes: int = 256 * 2**20) -> EpisodeWriter:
+        """A buffered appender that writes each chunk/shard once (see
+        :class:`replaybuf_core.writer.EpisodeWriter`); use it as a context manager.
+
+        Raises ReadOnlyError on a read-only buffer."""
+        return EpisodeWriter(self, chunks=chunks, compressors=compressors, max_staged_bytes=max_staged_bytes)
 
     def extend(self, data: Mapping[str, Any]) -> None:
         """Append ``data`` as one episode (the seed's alias of :meth:`add_episode`)."""

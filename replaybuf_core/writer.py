@@ -1,0 +1,170 @@
+"""Buffered episode appends: each stored object (chunk or shard) written once.
+
+``ReplayBuffer.add_episode`` writes every episode at once, so an episode that ends inside a chunk (or a
+256-frame shard) makes the next one read, decode, re-encode and rewrite that object.  The
+:class:`EpisodeWriter` stages episodes in memory and writes each data array in blocks aligned to its
+stored-object length; an episode is committed (``meta/episode_ends``) as soon as all of its rows are
+written, so the commit order of :mod:`replaybuf_core.buffer` holds: a crash loses only episodes not yet
+committed, and the rows written past ``episode_ends[-1]`` are trimmed when the store is next opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .protocol import CAP_CHUNKS, CAP_SHARDS
+
+if TYPE_CHECKING:
+    from .buffer import ReplayBuffer
+
+
+class EpisodeWriter:
+    """Stage episodes and write them as whole chunks/shards.  Use as a context manager::
+
+        with buffer.writer() as w:
+            for ep in episodes:
+                w.add_episode(ep)
+
+    Args:
+        buffer: a writable :class:`~replaybuf_core.ReplayBuffer`.
+        chunks / compressors: as in ``add_episode``, for keys new to the buffer.
+        max_staged_bytes: when staged rows exceed this (bytes, default 256 MiB), everything staged is
+            written even if it ends inside a stored object (bounds memory for huge chunks).
+
+    ``add_episode`` validates like ``ReplayBuffer.add_episode`` (same errors, nothing staged on error).
+    ``flush()`` writes everything staged, including partial objects, and commits every staged episode;
+    ``close()`` (and leaving the ``with`` block normally) flushes.  Leaving the block by an exception
+    flushes only what is aligned and committed — staged episodes not yet written are discarded.
+    """
+
+    def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
+                 max_staged_bytes: int = 256 * 2**20):
+        buffer._require_writable()
+        self._rb = buffer
+        self._chunks = dict(chunks or {})
+        self._compressors = dict(compressors or {})
+        self._max_staged = int(max_staged_bytes)
+        self._pending: dict[str, list[np.ndarray]] = {}
+        self._written: dict[str, int] = {}  # rows on storage per key (buffer.n_steps + flushed)
+        self._obj_len: dict[str, int] = {}
+        self._ends: list[int] = []  # staged (uncommitted) episode ends
+        self._staged_bytes = 0
+        self._closed = False
+
+    # -- public -----------------------------------------------------------------------------------
+    @property
+    def n_staged_episodes(self) -> int:
+        """Episodes added but not yet committed to ``meta/episode_ends``."""
+        return len(self._ends)
+
+    def add_episode(self, data: Mapping[str, Any]) -> None:
+        """Stage one episode (key → array (T, ...)); raises what ``ReplayBuffer.add_episode`` raises."""
+        if self._closed:
+            raise RuntimeError("this EpisodeWriter is closed")
+        rb = self._rb
+        if not self._written and not rb.keys():
+            # the first episode of an empty buffer creates the arrays (through the buffer's rules)
+            arrays, length, layouts = rb._validate_episode(data, self._chunks, self._compressors)
+            rb._create_arrays(arrays, layouts, n_rows=0)
+        arrays, length, _ = rb._validate_episode(data, None, None)
+        if self._ends:
+            self._check_keys(arrays)
+        if not self._written:
+            self._start()
+        for key, arr in arrays.items():
+            self._pending[key].append(arr)
+            self._staged_bytes += arr.nbytes if arr.dtype != object else 64 * arr.size
+        end = (self._ends[-1] if self._ends else rb.n_steps) + length
+        self._ends.append(end)
+        self._write(aligned=self._staged_bytes < self._max_staged)
+
+    def flush(self) -> None:
+        """Write every staged row (partial objects included) and commit every staged episode."""
+        if self._written:
+            self._write(aligned=False)
+
+    def close(self) -> None:
+        """Flush and stop accepting episodes."""
+        if not self._closed:
+            self.flush()
+            self._closed = True
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._closed = True
+            self._trim_uncommitted()
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _check_keys(self, arrays: Mapping[str, np.ndarray]) -> None:
+        missing = sorted(set(self._pending) - set(arrays))
+        if missing:  # pragma: no cover - _validate_episode already compares with the stored keys
+            raise ValueError(f"episode keys differ from the buffer's: missing {missing}")
+
+    def _start(self) -> None:
+        rb = self._rb
+        s = rb.store
+        for key in rb.keys():
+            self._pending[key] = []
+            self._written[key] = rb.n_steps
+            obj = None
+            if CAP_SHARDS in s.capabilities:
+                shards = s.shards("data", key)
+                obj = shards[0] if shards else None
+            if obj is None and CAP_CHUNKS in s.capabilities:
+                obj = s.chunks("data", key)[0]
+            self._obj_len[key] = int(obj or 1)
+
+    def _write(self, aligned: bool) -> None:
+        rb = self._rb
+        s = rb.store
+        staged_end = self._ends[-1] if self._ends else rb.n_steps
+        for key, parts in self._pending.items():
+            if not parts:
+                continue
+            start = self._written[key]
+            avail = sum(len(p) for p in parts)
+            stop = start + avail
+            if aligned:
+                L = self._obj_len[key]
+                stop = (stop // L) * L
+                if stop <= start:
+                    continue
+            block = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            n = stop - start
+            if s.shape("data", key)[0] < stop:
+                s.resize("data", key, max(stop, staged_end if not aligned else stop))
+            s.write("data", key, start, block[:n])
+            rest = block[n:]
+            self._pending[key] = [rest] if len(rest) else []
+            self._written[key] = stop
+        self._staged_bytes = sum(
+            sum(p.nbytes if p.dtype != object else 64 * p.size for p in parts) for parts in self._pending.values()
+        )
+        self._commit()
+
+    def _commit(self) -> None:
+        done = min(self._written.values()) if self._written else self._rb.n_steps
+        k = 0
+        while k < len(self._ends) and self._ends[k] <= done:
+            k += 1
+        if k:
+            self._rb._commit_episode_ends(np.asarray(self._ends[:k], dtype=np.int64))
+            del self._ends[:k]
+
+    def _trim_uncommitted(self) -> None:
+        """After an error: drop rows written past the last committed episode (as opening would)."""
+        rb = self._rb
+        n = rb.n_steps
+        for key in rb.keys():
+            if rb.store.shape("data", key)[0] > n:
+                rb.store.resize("data", key, n)
+        self._pending.clear()
+        self._ends.clear()

@@ -25,3 +25,14 @@ def replaybuf_backends() -> list[type]:
     The hook is called once per process (the registry caches it); it must be cheap and must not
     open any store.
     """
+
+
+@hookspec
+def replaybuf_register_commands(subparsers) -> None:
+    """Add ``replaybuf`` CLI sub-commands (the pattern of datasette's ``register_commands``).
+
+    ``subparsers`` is the ``argparse`` sub-parser action of the ``replaybuf`` command; a plugin calls
+    ``subparsers.add_parser(name, help=...)`` and sets ``func`` with ``parser.set_defaults(func=f)``,
+    where ``f(args) -> int`` returns the exit code.  Backends contribute commands that need them
+    (e.g. the zarr backend's ``synth`` and ``import``) so the core CLI never imports a backend.
+    """

@@ -8,3 +8,10 @@ from .backend import ZarrEntrypoint
 @hookimpl
 def replaybuf_backends():
     return [ZarrEntrypoint]
+
+
+@hookimpl
+def replaybuf_register_commands(subparsers):
+    from .cli_commands import register_synth
+
+    register_synth(subparsers)

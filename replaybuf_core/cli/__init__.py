@@ -1,0 +1,49 @@
+"""The ``replaybuf`` command line.
+
+Core commands live in this package, one module each; backends add theirs through the
+``replaybuf_register_commands`` hook (see :mod:`replaybuf_core.hookspecs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from .. import registry
+from . import backends_cmd
+
+CORE_COMMANDS = (backends_cmd,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser: core commands plus every installed plugin's commands."""
+    parser = argparse.ArgumentParser(prog="replaybuf", description="Episodic robot-learning replay buffers.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in CORE_COMMANDS:
+        module.register(sub)
+    registry.list_backends()  # loads the entry points (and their warnings) once
+    registry.get_plugin_manager().hook.replaybuf_register_commands(subparsers=sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 success, 1 a failed check, 2 bad usage or input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
+        print(f"replaybuf {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

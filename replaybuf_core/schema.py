@@ -1,0 +1,108 @@
+"""Dataset schemas: the arrays a buffer will hold, declared before any episode is written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .buffer import _check_key
+from .chunks import check_chunks_compatible
+
+SPEC_FIELDS = ("shape", "chunks", "dtype", "needs_compressor")
+
+
+def is_uint8_image_spec(spec: Mapping[str, Any]) -> bool:
+    """True for a camera-frame spec: 4-D ``(0, H, W, C)`` and dtype uint8 (stored as WebP)."""
+    return len(tuple(spec["shape"])) == 4 and np.dtype(spec["dtype"]) == np.uint8
+
+
+def normalize_array_spec(key: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Check and normalise one array spec ``{shape (0, ...), chunks, dtype, needs_compressor}``.
+
+    Raises:
+        KeyError: a field is missing (names key and field).
+        ValueError: shape does not start with 0, or chunks invalid for the shape.
+        TypeError: non-integral chunks, or a dtype NumPy does not know.
+    """
+    missing = [f for f in SPEC_FIELDS if f not in spec]
+    if missing:
+        raise KeyError(f"array spec {key!r} lacks {missing} (fields: {SPEC_FIELDS})")
+    shape = tuple(int(s) for s in spec["shape"])
+    if not shape or shape[0] != 0:
+        raise ValueError(f"array spec {key!r}: shape {shape} must be (0, ...) — episodes are appended on axis 0")
+    chunks = tuple(spec["chunks"])
+    check_chunks_compatible(chunks, shape)
+    try:
+        dtype = np.dtype(spec["dtype"])
+    except TypeError as exc:
+        raise TypeError(f"array spec {key!r}: bad dtype {spec['dtype']!r}: {exc}") from None
+    return {"shape": shape, "chunks": tuple(int(c) for c in chunks), "dtype": dtype,
+            "needs_compressor": bool(spec["needs_compressor"])}
+
+
+@dataclass(frozen=True)
+class DatasetSchema:
+    """Where a dataset goes and which arrays it holds.
+
+    Args:
+        zarr_path: output store path (``~`` expanded).
+        array_specs: key → ``{"shape": (0, *step_shape), "chunks": tuple, "dtype": dtype,
+            "needs_compressor": bool}``.  uint8 4-D specs are camera frames (WebP, one frame a chunk).
+
+    Raises: the errors of :func:`normalize_array_spec`; ValueError for an empty or invalid key.
+    """
+
+    zarr_path: Path
+    array_specs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "zarr_path", Path(os.path.expanduser(os.fspath(self.zarr_path))))
+        specs = {}
+        for key, spec in self.array_specs.items():
+            _check_key(key)
+            specs[key] = normalize_array_spec(key, spec)
+        if not specs:
+            raise ValueError("a DatasetSchema needs at least one array spec")
+        object.__setattr__(self, "array_specs", specs)
+
+    def get_zarr_array_specs(self) -> dict[str, dict[str, Any]]:
+        """A copy of the normalised specs (key → spec dict)."""
+        return {k: dict(v) for k, v in self.array_specs.items()}
+
+    def validate_episode(self, index: int, episode: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Check one episode against the specs; returns key → ndarray.
+
+        Raises:
+            ValueError: a spec key missing, an extra key, lengths differing, a dtype or trailing
+                shape differing from the spec — the message names the episode index and the key.
+        """
+        if not isinstance(episode, Mapping):
+            raise ValueError(f"episode {index}: expected a dict of arrays, got {type(episode).__name__}")
+        missing = sorted(set(self.array_specs) - set(episode))
+        extra = sorted(set(episode) - set(self.array_specs))
+        if missing or extra:
+            raise ValueError(f"episode {index}: keys differ from the schema: missing {missing}, extra {extra}")
+        out, length, first = {}, None, None
+        for key, spec in self.array_specs.items():
+            arr = np.asarray(episode[key])
+            if arr.ndim == 0:
+                raise ValueError(f"episode {index}, key {key!r}: a 0-d value has no time axis")
+            if arr.dtype != spec["dtype"]:
+                raise ValueError(f"episode {index}, key {key!r}: dtype {arr.dtype} differs from the schema's "
+                                 f"{spec['dtype']}")
+            if tuple(arr.shape[1:]) != tuple(spec["shape"][1:]):
+                raise ValueError(f"episode {index}, key {key!r}: step shape {arr.shape[1:]} differs from the "
+                                 f"schema's {tuple(spec['shape'][1:])}")
+            if length is None:
+                length, first = arr.shape[0], key
+            elif arr.shape[0] != length:
+                raise ValueError(f"episode {index}: {first!r} has {length} steps but {key!r} has {arr.shape[0]}")
+            out[key] = arr
+        if length == 0:
+            raise ValueError(f"episode {index}: zero-length episodes are rejected")
+        return out

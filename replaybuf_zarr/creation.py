@@ -1,0 +1,107 @@
+"""Schema-driven creation of zarr replay buffers: WebP frames (sharded), Blosc numbers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import zarr
+
+from replaybuf_core import ReplayBuffer
+from replaybuf_core.compressors import resolve_compressor
+from replaybuf_core.schema import DatasetSchema, is_uint8_image_spec
+
+from .backend import ZarrEntrypoint
+from .codec_convert import to_zarr_codecs
+from .codecs import WebPCodec
+from .sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape, validate_image_frames_per_shard
+
+logger = logging.getLogger(__name__)
+LOG_EVERY = 50
+
+
+def create_zarr_arrays(
+    data_group: zarr.Group,
+    schema: DatasetSchema,
+    image_codec: Any = None,
+    numeric_compressor: Any = "default",
+    image_frames_per_shard: int | None = DEFAULT_IMAGE_FRAMES_PER_SHARD,
+) -> dict[str, zarr.Array]:
+    """Create one empty array per schema spec in ``data_group``.
+
+    uint8 4-D specs (camera frames): ``image_codec`` as serializer (default ``WebPCodec()``: level 99,
+    lossy), chunks of one frame ``(1, H, W, C)``, shards of ``image_frames_per_shard`` frames (None: no
+    sharding).  Other specs: the spec's chunks and ``numeric_compressor`` (preset name or codec), or no
+    compressor when ``needs_compressor`` is False.
+
+    Raises:
+        TypeError / ValueError: bad ``image_frames_per_shard`` (see
+            :func:`~replaybuf_zarr.sharding.validate_image_frames_per_shard`), unknown preset.
+        FileExistsError: an array of that name already exists in ``data_group``.
+    Nothing is created when an argument is invalid.
+    """
+    n = validate_image_frames_per_shard(image_frames_per_shard)
+    image_codec = WebPCodec() if image_codec is None else image_codec
+    compressor = resolve_compressor(numeric_compressor)
+    specs = schema.get_zarr_array_specs()
+    taken = [k for k in specs if k in data_group]
+    if taken:
+        raise FileExistsError(f"arrays {taken} already exist in {data_group}")
+    created = {}
+    for key, spec in specs.items():
+        if is_uint8_image_spec(spec):
+            chunks = (1,) + tuple(spec["shape"][1:])
+            created[key] = data_group.create_array(
+                key, shape=spec["shape"], dtype="uint8", chunks=chunks, serializer=image_codec,
+                compressors=None, shards=get_image_shard_shape(chunks, n) if n else None, fill_value=0)
+        else:
+            _, comps = to_zarr_codecs(compressor if spec["needs_compressor"] else None)
+            created[key] = data_group.create_array(
+                key, shape=spec["shape"], dtype=spec["dtype"], chunks=spec["chunks"], compressors=comps)
+    return created
+
+
+def create_zarr_replay_buffer(
+    schema: DatasetSchema,
+    episodes: Iterable[Mapping[str, Any]],
+    total_episodes: int | None = None,
+    image_frames_per_shard: int | None = DEFAULT_IMAGE_FRAMES_PER_SHARD,
+    image_codec: Any = None,
+    numeric_compressor: Any = "default",
+    progress: bool = True,
+) -> ReplayBuffer:
+    """Write every episode of ``episodes`` into a new zarr store at ``schema.zarr_path``.
+
+    Opens a ``LocalStore`` there (replacing an existing zarr store), creates ``data``/``meta`` and the
+    arrays (:func:`create_zarr_arrays`), validates each episode against the schema before staging it
+    (ValueError naming the episode index and key; nothing of that episode is written) and appends
+    through :meth:`ReplayBuffer.writer`, so each chunk/shard is written once.  A tqdm progress bar
+    runs when ``total_episodes`` is known, and a log line every 50 episodes.  Zero episodes give a valid
+    empty buffer.  Returns the buffer (writable).
+    """
+    validate_image_frames_per_shard(image_frames_per_shard)
+    resolve_compressor(numeric_compressor)
+    backend = ZarrEntrypoint().create(schema.zarr_path, if_exists="replace")
+    create_zarr_arrays(backend.native_group("data"), schema, image_codec=image_codec,
+                       numeric_compressor=numeric_compressor, image_frames_per_shard=image_frames_per_shard)
+    ReplayBuffer._ensure_episode_ends(backend)
+    rb = ReplayBuffer(backend)
+    bar = None
+    if progress and total_episodes is not None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total_episodes, unit="episode", desc=f"writing {schema.zarr_path.name}")
+    try:
+        with rb.writer() as writer:
+            for i, episode in enumerate(episodes):
+                writer.add_episode(schema.validate_episode(i, episode))
+                if bar is not None:
+                    bar.update(1)
+                if (i + 1) % LOG_EVERY == 0:
+                    logger.info("%s: %d episodes staged", schema.zarr_path, i + 1)
+    finally:
+        if bar is not None:
+            bar.close()
+    logger.info("%s: %d episodes, %d steps", schema.zarr_path, rb.n_episodes, rb.n_steps)
+    return rb

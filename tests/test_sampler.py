@@ -286,6 +286,33 @@ def test_every_window_matches_reference(backend, pad_mode, first_k, S, pb, pa, s
             assert np.array_equal(batch[key], stacked), key
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+    S=st.integers(1, 6),
+    pb=st.integers(0, 6),
+    pa=st.integers(0, 6),
+    skip=st.integers(0, 3),
+    pad_mode=st.sampled_from(["edge", "zero"]),
+    k=st.one_of(st.none(), st.integers(0, 7)),
+)
+def test_random_configs_match_reference(lengths, S, pb, pa, skip, pad_mode, k):
+    buf = make_buffer("fake", lengths)
+    first_k = None if k is None else {"obs": k, "lang": k, "done": k}
+    sampler = SequenceSampler(buf, S, pb, pa, key_first_k=first_k, skip_initial=skip, pad_mode=pad_mode)
+    data, ends = all_data(buf), np.asarray(buf.episode_ends)
+    windows = [brute_window(data, ends, row, S, pad_mode, first_k or {}) for row in sampler.indices]
+    for i, want in enumerate(windows):
+        assert_window_equal(sampler[i], want)
+    batch = sampler.sample_batch(np.arange(len(sampler)))
+    assert batch[IS_PAD_KEY].shape == (len(sampler), S)
+    for key in batch:
+        if windows:
+            np.testing.assert_array_equal(batch[key], np.stack([w[key] for w in windows]))
+        elif key != IS_PAD_KEY:
+            assert batch[key].shape == (0, S) + buf[key].shape[1:]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sample_batch_equals_stacked_getitem(backend):
     buf = make_buffer(backend, [7, 2, 9, 1, 4])

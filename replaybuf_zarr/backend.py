@@ -6,6 +6,7 @@ stored as zarr's variable-length UTF-8 and read back as ``object`` arrays of ``s
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from zarr.core.sync import sync
 
 from replaybuf_core.errors import ReadOnlyError
 from replaybuf_core.protocol import (
+    CAP_BATCHED_READ,
     CAP_CHUNKS,
     CAP_CODECS,
     CAP_PERSISTENT,
@@ -27,7 +29,9 @@ from replaybuf_core.protocol import (
     BackendEntrypoint,
 )
 
-from .codec_convert import codec_of_array, to_zarr_codecs
+from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
+from .chunk_reader import ChunkReader, make_reader
+from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
 
 
 def _is_string_dtype(dtype: np.dtype) -> bool:
@@ -56,7 +60,46 @@ class ZarrBackend:
             caps.add(CAP_SHARDS)
         if _local_root(root.store) is not None or type(root.store).__name__ in ("ZipStore", "FsspecStore"):
             caps.add(CAP_PERSISTENT)
+        caps.add(CAP_BATCHED_READ)
         self.capabilities = frozenset(caps)
+        self._arrays: dict[tuple[str, str], zarr.Array] = {}
+        self._readers: dict[tuple[str, str], ChunkReader | None] = {}
+        self._cache = ChunkCache(DEFAULT_CACHE_BYTES)
+        self._reader_ids = itertools.count()
+        self.codecs_equal = codecs_equal
+
+    # -- fast reads -------------------------------------------------------------------------------
+    @property
+    def cache_bytes(self) -> int:
+        """Capacity (bytes) of the LRU of decoded chunks shared by this store's readers."""
+        return self._cache.max_bytes
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int) -> None:
+        self._cache.max_bytes = value
+
+    @property
+    def cache(self) -> ChunkCache:
+        return self._cache
+
+    def _reader(self, group: str, name: str) -> ChunkReader | None:
+        key = (group, name)
+        if key not in self._readers:
+            self._readers[key] = make_reader(self.get_array(group, name), self._cache, next(self._reader_ids))
+        return self._readers[key]
+
+    def pin(self, group: str, name: str) -> bool:
+        """Load ``group/name`` wholly into memory for later reads; False when the array's layout has
+        no fast reader (reads then go through zarr-python)."""
+        reader = self._reader(group, name)
+        if reader is None:
+            return False
+        reader.pin()
+        return True
+
+    def _invalidate(self, group: str, name: str) -> None:
+        self._arrays.pop((group, name), None)
+        self._readers.pop((group, name), None)
 
     # -- groups ---------------------------------------------------------------------------------
     @property
@@ -100,18 +143,24 @@ class ZarrBackend:
         return sorted(name for name, _ in self._group(group).arrays())
 
     def has_array(self, group: str, name: str) -> bool:
+        if (group, name) in self._arrays:
+            return True
         try:
             return isinstance(self._group(group)[name], zarr.Array)
         except KeyError:
             return False
 
     def get_array(self, group: str, name: str) -> zarr.Array:
+        cached = self._arrays.get((group, name))
+        if cached is not None:
+            return cached
         try:
             arr = self._group(group)[name]
         except KeyError:
             raise KeyError(f"no array {group}/{name} in the zarr store") from None
         if not isinstance(arr, zarr.Array):
             raise KeyError(f"{group}/{name} is a group, not an array")
+        self._arrays[(group, name)] = arr
         return arr
 
     def create_array(self, group, name, *, shape, dtype, chunks=None, codec=None, shards=None, fill_value=None):
@@ -136,6 +185,7 @@ class ZarrBackend:
                 kwargs["compressors"] = compressors
         if shards is not None and self.zarr_format == 3:
             kwargs["shards"] = tuple(int(s) for s in shards)
+        self._invalidate(group, name)
         g.create_array(
             name,
             shape=tuple(int(s) for s in shape),
@@ -146,6 +196,7 @@ class ZarrBackend:
 
     def delete_array(self, group, name):
         self._check_writable()
+        self._invalidate(group, name)
         self.get_array(group, name)
         del self._group(group)[name]
 
@@ -155,6 +206,8 @@ class ZarrBackend:
         g = self._group(group)
         if dst in g:
             raise ValueError(f"cannot rename {group}/{src} to {dst!r}: the name is taken")
+        self._invalidate(group, src)
+        self._invalidate(group, dst)
         rename_member(g, src, dst)
 
     def shape(self, group, name):
@@ -190,7 +243,8 @@ class ZarrBackend:
                 arr[n_rows:tail_end] = np.full((tail_end - n_rows,) + arr.shape[1:], fill, dtype=arr.dtype) \
                     if not _is_string_dtype(np.dtype(self.dtype(group, name))) else \
                     np.full((tail_end - n_rows,) + arr.shape[1:], "", dtype=object)
-        arr.resize((n_rows,) + tuple(arr.shape[1:]))
+        arr.resize((n_rows,) + tuple(arr.shape[1:]))  # updates ``arr`` in place
+        self._readers.pop((group, name), None)
 
     def write(self, group, name, start, values):
         self._check_writable()
@@ -202,12 +256,20 @@ class ZarrBackend:
         stop = start + len(values)
         if start < 0 or stop > arr.shape[0]:
             raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {arr.shape[0]}")
+        self._readers.pop((group, name), None)  # its cached chunks are stale now
         arr[start:stop] = values
 
     def read(self, group, name, start, stop, step=None):
+        if step in (None, 1):
+            reader = self._reader(group, name)
+            if reader is not None:
+                return reader.read(start, stop)
         return _as_object_strings(self.get_array(group, name)[start:stop:step])
 
     def read_ranges(self, group: str, name: str, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:
+        reader = self._reader(group, name)
+        if reader is not None:
+            return reader.read_ranges(starts, stops)
         arr = self.get_array(group, name)
         return [_as_object_strings(arr[a:b]) for a, b in zip(starts, stops)]
 

@@ -290,36 +290,16 @@ class SequenceSampler:
 
     # -------------------------------------------------------------- assembling
     def _assemble(self, key: str, rows: np.ndarray, n_read: np.ndarray, chunks: list, arr_like) -> np.ndarray:
-        """Build the (B, S, *trailing) array of ``key`` from the read chunks."""
-        s = self.sequence_length
+        """Build the (B, S, *trailing) array of ``key``; ``chunks`` holds one array per window
+        with ``n_read > 0``, in order."""
         b = rows.shape[0]
         dtype = np.dtype(arr_like.dtype)
-        trailing = tuple(arr_like.shape[1:])
-        out = np.empty((b, s) + trailing, dtype=dtype)
-        flat = out.reshape((b * s,) + trailing)
-
-        slots = np.arange(s, dtype=np.int64)
-        ss = rows[:, 2:3]
-        se = rows[:, 3:4]
-        k = self.key_first_k.get(key, s)
-        is_pad = (slots < ss) | (slots >= se)  # (B, S)
-        unread = np.broadcast_to(slots >= k, (b, s))
-        valid = n_read[:, None] > 0
-        valid = valid & ~unread
-        if self.pad_mode == "zero":
-            valid = valid & ~is_pad
-
-        if valid.any():
-            data = chunks[0] if len(chunks) == 1 else np.concatenate(chunks, axis=0)
-            offsets = np.cumsum(n_read) - n_read
-            rel = np.clip(slots[None, :] - ss, 0, np.maximum(n_read[:, None] - 1, 0))
-            src = (offsets[:, None] + rel).reshape(-1)
-            vflat = valid.reshape(-1)
-            flat[vflat] = data[src[vflat]]
-        if self.pad_mode == "zero":
-            flat[(is_pad & ~unread).reshape(-1)] = _pad_value(dtype)
-        if k < s:
-            flat[unread.reshape(-1)] = _unread_value(dtype)
+        out = np.empty((b, self.sequence_length) + tuple(arr_like.shape[1:]), dtype=dtype)
+        k = self.key_first_k.get(key, self.sequence_length)
+        it = iter(chunks)
+        for j, (_, _, ss, se) in enumerate(rows.tolist()):
+            chunk = next(it) if n_read[j] > 0 else None
+            self._fill_window(out[j], k, ss, se, chunk, dtype)
         return out
 
     def _pad_flags(self, rows: np.ndarray) -> np.ndarray:
@@ -343,18 +323,54 @@ class SequenceSampler:
         """
         if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, numbers.Integral):
             raise TypeError(f"window index must be an int, got {type(idx).__name__}")
-        i = int(self._normalize_indices(idx)[0])
-        rows = self.indices[i : i + 1]
-        bs = int(rows[0, 0])
+        n = len(self)
+        i = int(idx)
+        if not -n <= i < n:
+            raise IndexError(f"window index {i} out of range for sampler of length {n}")
+        bs, be, ss, se = (int(x) for x in self.indices[i])
         result: dict[str, np.ndarray] = {}
         for key in self.keys:
             arr = self.buffer[key]
-            n_read = self._rows_to_read(key, rows)
-            n = int(n_read[0])
-            chunks = [np.asarray(arr[bs : bs + n])] if n > 0 else []
-            result[key] = self._assemble(key, rows, n_read, chunks, arr)[0]
-        result[IS_PAD_KEY] = self._pad_flags(rows)[0]
+            k = self.key_first_k.get(key, self.sequence_length)
+            n_read = self._n_read_one(k, bs, be, ss, se)
+            chunk = np.asarray(arr[bs : bs + n_read]) if n_read > 0 else None
+            result[key] = self._assemble_one(k, ss, se, chunk, arr)
+        pad = np.ones(self.sequence_length, dtype=bool)
+        pad[ss:se] = False
+        result[IS_PAD_KEY] = pad
         return result
+
+    def _n_read_one(self, k: int, bs: int, be: int, ss: int, se: int) -> int:
+        """Scalar form of :meth:`_rows_to_read` for one window."""
+        if k >= self.sequence_length:
+            return be - bs
+        need = max(min(se, k) - ss, 0)
+        if self.pad_mode == "edge" and k > 0:
+            need = max(need, 1)
+        return min(need, be - bs)
+
+    def _assemble_one(self, k: int, ss: int, se: int, chunk, arr_like) -> np.ndarray:
+        """One window of one key (fast path of ``__getitem__``)."""
+        dtype = np.dtype(arr_like.dtype)
+        out = np.empty((self.sequence_length,) + tuple(arr_like.shape[1:]), dtype=dtype)
+        self._fill_window(out, k, ss, se, chunk, dtype)
+        return out
+
+    def _fill_window(self, out: np.ndarray, k: int, ss: int, se: int, chunk, dtype: np.dtype) -> None:
+        """Write one window (S, *trailing) into ``out`` from the ``chunk`` of stored rows read
+        for it (see :meth:`_n_read_one`), with slice assignments only."""
+        s = self.sequence_length
+        edge = self.pad_mode == "edge"
+        real_end = min(se, k)
+        if real_end > ss:
+            out[ss:real_end] = chunk[: real_end - ss]
+        front = min(ss, k)
+        if front > 0:
+            out[:front] = chunk[0] if edge else _pad_value(dtype)
+        if k > se:  # then the whole real part was read: chunk[-1] is the last real step
+            out[se:k] = chunk[-1] if edge else _pad_value(dtype)
+        if k < s:
+            out[k:] = _unread_value(dtype)
 
     def sample_sequence(self, idx: int) -> dict[str, np.ndarray]:
         """Alias of ``sampler[idx]`` (diffusion_policy's name)."""

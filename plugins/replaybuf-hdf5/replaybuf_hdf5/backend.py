@@ -44,6 +44,19 @@ def _as_object_strings(values: Any) -> np.ndarray:
     return arr
 
 
+class StrGroup(h5py.Group):
+    """An ``h5py.Group`` whose item access returns string datasets as their ``.asstr()`` view, so
+    ``buffer.meta["task"][()]`` is a ``str`` as on the other backends (plain h5py gives ``bytes``).
+    Everything else is the h5py group: ``.attrs``, ``.keys()``, ``.create_dataset`` ...; the
+    underlying dataset of a string view is ``view._dset``."""
+
+    def __getitem__(self, name):
+        obj = super().__getitem__(name)
+        if isinstance(obj, h5py.Dataset) and _is_h5_string(obj):
+            return obj.asstr()
+        return obj
+
+
 class Hdf5Backend:
     """:class:`~replaybuf_core.protocol.StorageBackend` over an ``h5py.File`` or ``h5py.Group``.
 
@@ -66,6 +79,7 @@ class Hdf5Backend:
             raise TypeError(f"the hdf5 backend needs an h5py.File or h5py.Group, got {type(root).__name__}")
         self._root = root
         self._owns_file = owns_file
+        self._filename = root.file.filename
         file_ro = root.file.mode == "r"
         self.read_only = bool(read_only) or file_ro
         caps = {CAP_CHUNKS, CAP_CODECS}
@@ -82,7 +96,7 @@ class Hdf5Backend:
     @property
     def filename(self) -> str:
         """The HDF5 file's name (a made-up name for in-memory files)."""
-        return self._root.file.filename
+        return self._filename
 
     def has_group(self, group: str) -> bool:
         return isinstance(self._root.get(group), h5py.Group)
@@ -96,9 +110,9 @@ class Hdf5Backend:
         elif not isinstance(existing, h5py.Group):
             raise ValueError(f"{group!r} in the HDF5 file is a dataset, not a group")
 
-    def native_group(self, group: str) -> h5py.Group:
-        """The ``h5py.Group`` (note: h5py reads string datasets as ``bytes`` unless ``.asstr()``)."""
-        return self._group(group)
+    def native_group(self, group: str) -> StrGroup:
+        """The group as a :class:`StrGroup`: an ``h5py.Group`` whose string datasets read as ``str``."""
+        return StrGroup(self._group(group).id)
 
     def _group(self, group: str) -> h5py.Group:
         if group not in GROUPS:

@@ -543,9 +543,10 @@ class ReplayBuffer:
         for k in (chunks or {}):
             if k not in arrays:
                 raise KeyError(f"chunks given for {k!r}, which is not in the episode")
-        for k in (compressors or {}):
+        for k, c in (compressors or {}).items():
             if k not in arrays:
                 raise KeyError(f"compressor given for {k!r}, which is not in the episode")
+            _resolve_compressor(c)  # an unknown preset is an error even for an existing key
         layouts = {}
         for key, arr in arrays.items():
             if key in existing:
@@ -720,6 +721,37 @@ class ReplayBuffer:
             raise ValueError(f"row ranges must satisfy 0 <= start <= stop <= n_steps={self.n_steps}")
         return self._store.read_ranges("data", key, starts, stops)
 
+    # ------------------------------------------------------------------ read cache
+    @property
+    def cache_bytes(self) -> int | None:
+        """Capacity in bytes of the backend's cache of decoded chunks (zarr: 256 MiB by default,
+        shared by every key of this buffer); None for backends without one.  Set it to trade memory
+        for speed: a cache as large as the decoded data set makes repeated sampling run from memory.
+
+        Raises ValueError when set to a negative number; CapabilityError when the backend has no cache."""
+        return getattr(self._store, "cache_bytes", None)
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int) -> None:
+        if not hasattr(self._store, "cache_bytes"):
+            raise CapabilityError(f"the {self.backend!r} backend has no chunk cache")
+        self._store.cache_bytes = value
+
+    def warm(self, keys: list[str] | None = None) -> None:
+        """Load the named data keys (default: all) wholly into memory, so later reads of them never
+        touch the store — what diffusion_policy users get from ``copy_from_path``, without copying
+        the buffer.  A no-op for in-memory backends; backends without ``pin`` ignore it.
+
+        Raises KeyError naming an unknown key."""
+        keys = self.keys() if keys is None else list(keys)
+        for key in keys:
+            if key not in self:
+                raise KeyError(f"warm: no data key {key!r} (keys: {self.keys()})")
+        pin = getattr(self._store, "pin", None)
+        if pin is not None:
+            for key in keys:
+                pin("data", key)
+
     # ------------------------------------------------------------------ chunks / codecs
     def _require_cap(self, cap: str, what: str) -> None:
         if cap not in self._store.capabilities:
@@ -801,7 +833,12 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
     for stale in (tmp_key, backup):
         if store.has_array(group, stale):
             store.delete_array(group, stale)
-    copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards)
+    try:
+        copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards)
+    except BaseException:
+        if store.has_array(group, tmp_key):  # else it shows up as a data key
+            store.delete_array(group, tmp_key)
+        raise
     store.rename_array(group, name, backup)
     store.rename_array(group, tmp_key, name)
     store.delete_array(group, backup)

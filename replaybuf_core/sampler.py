@@ -165,9 +165,9 @@ class SequenceSampler:
       the episode start / end, not padding added to every window; windows in
       the middle of an episode have none. An episode yields
       ``max(L - sequence_length + 1 + pad_before + pad_after - skip_initial, 0)``
-      windows.
+      windows (pads after clamping).
     * Episodes shorter than ``sequence_length - pad_before - pad_after`` are
-      silently skipped (no window fits).
+      silently skipped (no window fits), as are all episodes of ``L <= 0``.
     * A window is padded on both sides only when ``L < sequence_length``
       (e.g. ``L=1, sequence_length=4, pad_before=pad_after=3`` gives starts
       ``-3..0``; ``t=-1`` has one padding slot in front, two behind).

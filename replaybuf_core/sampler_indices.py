@@ -10,9 +10,14 @@ Two implementations are kept:
   once per process (and cached on disk), two passes (count, then fill).
 * :func:`_create_indices_numpy` -- a vectorised NumPy form.
 
-:func:`create_indices` uses the numba kernel, which measured faster (see the
-module-level note in ``tests/test_sampler.py::test_measure_create_indices``);
-the NumPy form is kept as an independent cross-check for the tests.
+:func:`create_indices` uses the numba kernel, which measured faster: on 100k
+episodes of 1..199 steps (sequence_length 16, pad_before 1, pad_after 7,
+9.3M windows, 2-core shared machine) about 165 ms for the kernel against
+about 300-550 ms for the NumPy form (``tests/test_sampler.py::
+test_measure_create_indices_100k_episodes`` prints both). Loading the
+cached kernel costs about 0.4 s once per process (a few seconds on the
+first compile). The NumPy form is kept as an independent cross-check in the
+tests.
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""The harness a backend package provides to the conformance suite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..buffer import ReplayBuffer
+
+
+class BackendHarness:
+    """How the conformance suite creates and re-opens buffers of one backend.
+
+    Subclass it, set :attr:`name` and implement :meth:`make_empty`; override the rest only when the
+    defaults do not fit.  Expose an instance through a pytest fixture called ``harness`` (see
+    :mod:`replaybuf_core.testing`).  One harness instance serves one test, and :meth:`make_empty` may
+    be called many times in it (the state machine calls it once per hypothesis example), so every
+    call must return a *new, independent* empty buffer (e.g. a fresh file name per call).
+
+    Capabilities are not declared here: the suite reads ``buffer.store.capabilities``.
+    """
+
+    #: the backend's registered name; the suite asserts ``buffer.backend == name``.
+    name: str = ""
+    #: ``str`` (object) arrays round-trip (the protocol requires it; set False only while porting).
+    supports_strings: bool = True
+    #: :meth:`reopen_read_only` works.
+    supports_read_only: bool = True
+    #: the StorageBackend ``write`` verb is looked up on the instance, so tests may monkeypatch
+    #: ``buffer.store.write`` to inject a failure mid-write.
+    supports_write_injection: bool = True
+
+    def make_empty(self) -> ReplayBuffer:
+        """A fresh, empty, writable buffer on this backend (new storage on every call)."""
+        raise NotImplementedError
+
+    def reopen(self, buffer: ReplayBuffer) -> ReplayBuffer:
+        """The same data opened again from its storage (writable).
+
+        The default, ``ReplayBuffer(buffer.root, backend=self.name)``, re-reads everything through the
+        backend (for in-memory backends, the same root object).  Persistent backends should override
+        it to open the path / file again.  ``buffer`` must not be used afterwards."""
+        buffer.store.flush()
+        return ReplayBuffer(buffer.root, backend=self.name)
+
+    def reopen_read_only(self, buffer: ReplayBuffer) -> ReplayBuffer:
+        """The same data opened read-only (only called when :attr:`supports_read_only`)."""
+        buffer.store.flush()
+        return ReplayBuffer(buffer.root, backend=self.name, read_only=True)
+
+    def new_store(self) -> Any:
+        """A fresh, empty destination for ``save_to_store(store, backend=name)`` and
+        ``ReplayBuffer(store, backend=name)`` (a dict, a zarr store, a file path...).  Raise
+        ``NotImplementedError`` (the default) to skip the save tests."""
+        raise NotImplementedError
+
+    def remove_group(self, buffer: ReplayBuffer, group: str) -> Any:
+        """Delete the ``data`` or ``meta`` group from the buffer's root (to test that opening such a
+        store raises CorruptStoreError).  Raise ``NotImplementedError`` (the default) to skip those
+        tests."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

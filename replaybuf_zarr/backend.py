@@ -196,8 +196,8 @@ class ZarrBackend:
 
     def delete_array(self, group, name):
         self._check_writable()
-        self._invalidate(group, name)
-        self.get_array(group, name)
+        self.get_array(group, name)  # KeyError when missing; (re)caches the handle ...
+        self._invalidate(group, name)  # ... so forget it only now
         del self._group(group)[name]
 
     def rename_array(self, group, src, dst):

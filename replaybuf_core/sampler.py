@@ -269,6 +269,8 @@ class SequenceSampler:
         arr = np.asarray(idx)
         if arr.dtype == np.bool_ or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
             raise TypeError(f"window indices must be integers, got dtype {arr.dtype}")
+        if arr.ndim > 1:
+            raise ValueError(f"window indices must be a 1-D array, got shape {arr.shape}")
         arr = arr.astype(np.int64, copy=False).reshape(-1)
         bad = (arr < -n) | (arr >= n)
         if bad.any():
@@ -392,7 +394,8 @@ class SequenceSampler:
 
         Raises:
             IndexError: an index outside ``[-len, len)``.
-            TypeError: non-integer indices.
+            TypeError: non-integer (or bool) indices.
+            ValueError: ``indices`` with more than one dimension.
         """
         idx = self._normalize_indices(indices)
         rows = self.indices[idx]

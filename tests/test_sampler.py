@@ -380,6 +380,11 @@ def test_getitem_index_errors():
         sampler[1.0]
     with pytest.raises(TypeError):
         sampler.sample_batch([0.5])
+    with pytest.raises(TypeError):
+        sampler.sample_batch(np.ones(2, bool))
+    with pytest.raises(ValueError, match="1-D"):
+        sampler.sample_batch(np.zeros((2, 2), np.int64))
+    assert sampler.sample_batch(-1)[IS_PAD_KEY].shape == (1, 2)  # a scalar is a batch of one
     empty = SequenceSampler(make_buffer("fake", [1, 1]), 3)
     assert len(empty) == 0
     with pytest.raises(IndexError, match="length 0"):

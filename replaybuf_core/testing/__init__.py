@@ -45,6 +45,7 @@ from .conformance import (
     PropertiesConformance,
     ReadOnlyConformance,
     StatefulConformance,
+    StorageProtocolConformance,
     ValidateBeforeMutateConformance,
 )
 from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot
@@ -62,6 +63,7 @@ __all__ = [
     "ReadOnlyConformance",
     "ChunkCodecConformance",
     "CopyConformance",
+    "StorageProtocolConformance",
     "StatefulConformance",
     "make_state_machine",
     "run_state_machine",

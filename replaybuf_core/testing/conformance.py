@@ -698,6 +698,57 @@ class CopyConformance:
             assert partial.n_episodes == 0
 
 
+class StorageProtocolConformance:
+    """The StorageBackend verbs themselves (what ReplayBuffer relies on), through ``buffer.store``."""
+
+    def test_array_verbs(self, harness):
+        s = harness.make_empty().store
+        assert s.has_group("data") and s.has_group("meta")
+        s.create_array("data", "a", shape=(4, 2), dtype=np.dtype(np.int32), fill_value=0)
+        assert s.has_array("data", "a") and s.list_arrays("data") == ["a"]
+        assert s.shape("data", "a") == (4, 2) and np.dtype(s.dtype("data", "a")) == np.int32
+        with pytest.raises(ValueError):
+            s.create_array("data", "a", shape=(1,), dtype=np.dtype(np.int32))
+        s.write("data", "a", 1, np.array([[1, 2], [3, 4]], np.int32))
+        np.testing.assert_array_equal(s.read("data", "a", 0, 4), [[0, 0], [1, 2], [3, 4], [0, 0]])
+        np.testing.assert_array_equal(s.read("data", "a", 0, 4, 2), [[0, 0], [3, 4]])
+        got = s.read_ranges("data", "a", [0, 2], [1, 4])
+        np.testing.assert_array_equal(got[0], [[0, 0]])
+        np.testing.assert_array_equal(got[1], [[3, 4], [0, 0]])
+        s.rename_array("data", "a", "b")
+        assert not s.has_array("data", "a") and s.has_array("data", "b")
+        with pytest.raises(KeyError):
+            s.get_array("data", "a")
+        s.resize("data", "b", 2)
+        s.resize("data", "b", 5)
+        np.testing.assert_array_equal(s.read("data", "b", 0, 5), [[0, 0], [1, 2], [0, 0], [0, 0], [0, 0]])
+        s.delete_array("data", "b")
+        assert not s.has_array("data", "b") and s.list_arrays("data") == []
+        with pytest.raises(KeyError):
+            s.shape("data", "b")
+        s.create_array("data", "b", shape=(1,), dtype=np.dtype(np.float64))  # the name is free again
+        assert s.shape("data", "b") == (1,)
+
+    def test_attrs(self, harness):
+        s = harness.make_empty().store
+        s.set_attrs("meta", {"x": 1, "y": "z"})
+        assert s.get_attrs("meta")["x"] == 1 and s.get_attrs("meta")["y"] == "z"
+
+    def test_rechunk_twice(self, harness):
+        buf, eps = filled(harness, lengths=(5, 6))
+        if not _has(buf, CAP_CHUNKS):
+            pytest.skip("backend without chunks")
+        for ck in (2, 3, 2):
+            buf.set_chunks({"obs": (ck, 3)})
+            assert buf.get_chunks()["obs"] == (ck, 3)
+        if _has(buf, CAP_CODECS):
+            buf.set_compressors({"obs": "disk", "action": None})
+            buf.set_compressors({"obs": "default"})
+        assert buf.keys() == ["action", "obs"]
+        assert_buffer_equal(buf, eps)
+        assert_buffer_equal(harness.reopen(buf), eps)
+
+
 class StatefulConformance:
     """The hypothesis state machine (see :func:`~replaybuf_core.testing.make_state_machine`)."""
 
@@ -716,6 +767,7 @@ class BufferConformance(
     ReadOnlyConformance,
     ChunkCodecConformance,
     CopyConformance,
+    StorageProtocolConformance,
     StatefulConformance,
 ):
     """The whole suite: subclass it as ``class TestMyBackend(BufferConformance): pass`` next to a

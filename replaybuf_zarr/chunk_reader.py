@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numcodecs
@@ -84,24 +84,55 @@ def _array_decoder(codecs: Sequence[Any], chunk_shape: tuple[int, ...], dtype: n
 
 
 class _Fetcher:
-    """Synchronous byte access to one store: whole objects and byte ranges."""
+    """Synchronous byte access to one store: whole objects and byte ranges.
+
+    On a ``LocalStore`` file descriptors are kept open per object (``os.pread`` needs no seek, so
+    they are safe to share across threads; after a fork the child reopens its own).
+    """
 
     def __init__(self, store: Any):
         from zarr.storage import LocalStore, MemoryStore
 
         if isinstance(store, LocalStore):
             self.kind = "local"
-            self.root = Path(store.root)
+            self.root = str(store.root)
         elif isinstance(store, MemoryStore):
             self.kind = "memory"
             self.mapping = store._store_dict
         else:
             raise TypeError("unsupported store")
+        self._fds: dict[str, int] = {}
+        self._pid = os.getpid()
+
+    def _fd(self, key: str) -> int | None:
+        if self._pid != os.getpid():  # forked: the parent's descriptors are not ours to keep
+            self._fds = {}
+            self._pid = os.getpid()
+        fd = self._fds.get(key)
+        if fd is None:
+            try:
+                fd = os.open(f"{self.root}/{key}", os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            self._fds[key] = fd
+        return fd
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                try:
+                    os.close(fd)
+                except OSError:  # pragma: no cover
+                    pass
+        self._fds = {}
+
+    def __del__(self) -> None:
+        self.close()
 
     def get(self, key: str) -> bytes | None:
         if self.kind == "local":
             try:
-                with open(self.root / key, "rb") as f:
+                with open(f"{self.root}/{key}", "rb") as f:
                     return f.read()
             except FileNotFoundError:
                 return None
@@ -110,29 +141,33 @@ class _Fetcher:
 
     def get_tail(self, key: str, n: int) -> bytes | None:
         if self.kind == "local":
-            try:
-                with open(self.root / key, "rb") as f:
-                    f.seek(0, os.SEEK_END)
-                    size = f.tell()
-                    f.seek(max(0, size - n))
-                    return f.read()
-            except FileNotFoundError:
+            fd = self._fd(key)
+            if fd is None:
                 return None
+            size = os.fstat(fd).st_size
+            return os.pread(fd, min(n, size), max(0, size - n))
         b = self.get(key)
         return None if b is None else b[-n:]
 
     def get_range(self, key: str, start: int, stop: int) -> bytes | None:
         if self.kind == "local":
-            try:
-                fd = os.open(self.root / key, os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            try:
-                return os.pread(fd, stop - start, start)
-            finally:
-                os.close(fd)
+            fd = self._fd(key)
+            return None if fd is None else os.pread(fd, stop - start, start)
         buf = self.mapping.get(key)
         return None if buf is None else buf.as_numpy_array()[start:stop].tobytes()
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+PARALLEL_DECODE_MIN = 8
+
+
+def _decode_pool() -> ThreadPoolExecutor:
+    """A process-wide thread pool for decoding (codecs release the GIL); rebuilt after a fork."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
+                                                 thread_name_prefix="replaybuf-decode"))
+    return _POOL[1]
 
 
 class ChunkReader:
@@ -236,16 +271,57 @@ class ChunkReader:
                     src.append(slice(0, e - i * c))
                 out[tuple(dst)] = ch[tuple(src)]
 
-    def read_ranges(self, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:
-        """Many row ranges; each chunk touched is fetched and decoded once (cache permitting).
+    def _decode_or_fill(self, raw: bytes | None) -> np.ndarray:
+        return self._fill_chunk() if raw is None else self._decode(raw)
 
-        Ranges are served in order of their first chunk so chunks shared by neighbouring windows are
-        decoded once even when the cache is small."""
-        order = np.argsort(np.asarray(starts, dtype=np.int64), kind="stable")
-        out: list[np.ndarray | None] = [None] * len(order)
-        for i in order:
-            out[i] = self.read(int(starts[i]), int(stops[i]))
-        return out  # type: ignore[return-value]
+    def chunks(self, coords: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+        """Decoded chunks for many grid coordinates: cache hits first, the rest fetched in order and
+        decoded on a thread pool when there are many."""
+        out: dict[tuple[int, ...], np.ndarray] = {}
+        missing = []
+        for c in coords:
+            hit = self._cache.get((self._cache_id, c))
+            if hit is None:
+                missing.append(c)
+            else:
+                out[c] = hit
+        if missing:
+            raws = [self._raw_chunk(c) for c in missing]
+            if len(missing) >= PARALLEL_DECODE_MIN and (os.cpu_count() or 1) > 1:
+                decoded = list(_decode_pool().map(self._decode_or_fill, raws))
+            else:
+                decoded = [self._decode_or_fill(r) for r in raws]
+            for c, d in zip(missing, decoded):
+                out[c] = d
+                self._cache.put((self._cache_id, c), d)
+        return out
+
+    def read_ranges(self, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:
+        """Many row ranges at once: every chunk touched is fetched and decoded once (in parallel
+        when many), then each range is cut out of the decoded chunks."""
+        if self._pinned is not None:
+            return [self._pinned[a:b].copy() for a, b in zip(starts, stops)]
+        starts = [int(a) for a in starts]
+        stops = [int(b) for b in stops]
+        c0 = self.chunk_shape[0]
+        times = sorted({t for a, b in zip(starts, stops) if b > a for t in range(a // c0, (b - 1) // c0 + 1)})
+        got = self.chunks([(t,) + inner for t in times for inner in self._inner_coords])
+        simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
+        out = []
+        for a, b in zip(starts, stops):
+            arr = np.empty((b - a,) + self.shape[1:], dtype=self.dtype)
+            if b > a and simple:
+                inner = self._inner_coords[0]
+                for t in range(a // c0, (b - 1) // c0 + 1):
+                    lo, hi = max(a, t * c0), min(b, (t + 1) * c0)
+                    ch = got[(t,) + inner]
+                    if len(self.shape) > 1 and ch.shape[1:] != self.shape[1:]:
+                        ch = ch[(slice(None),) + tuple(slice(0, s) for s in self.shape[1:])]
+                    arr[lo - a: hi - a] = ch[lo - t * c0: hi - t * c0]
+            elif b > a:
+                self._read_into(arr, a, b)
+            out.append(arr)
+        return out
 
 
 def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReader | None:

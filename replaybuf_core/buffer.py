@@ -317,6 +317,9 @@ class ReplayBuffer:
         # data first, meta/episode_ends last: the destination becomes a valid buffer only at the end
         if dst.has_array("meta", EPISODE_ENDS) and if_exists == "replace":
             dst.delete_array("meta", EPISODE_ENDS)
+        if if_exists == "replace":  # the old buffer's other data keys would not match the new lengths
+            for stale in set(dst.list_arrays("data")) - set(keys):
+                dst.delete_array("data", stale)
         for group, key in names:
             if dst.has_array(group, key):
                 if if_exists == "skip":

@@ -1,0 +1,1 @@
+"""replaybuf benchmarks: ``python -m benchmarks`` prints one table of medians and ratios."""

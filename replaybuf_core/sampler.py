@@ -251,6 +251,7 @@ class SequenceSampler:
         self.keys: list[str] = keys
         self.key_first_k: dict[str, int] = first_k
         self.pad_mode = pad_mode
+        self._has_read_ranges = callable(getattr(buffer, "read_ranges", None))
 
     def __len__(self) -> int:
         """Number of windows."""
@@ -335,7 +336,11 @@ class SequenceSampler:
             arr = self.buffer[key]
             k = self.key_first_k.get(key, self.sequence_length)
             n_read = self._n_read_one(k, bs, be, ss, se)
-            chunk = np.asarray(arr[bs : bs + n_read]) if n_read > 0 else None
+            chunk = None
+            if n_read > 0:
+                # read_ranges goes through the backend's fast reader (zarr: ~50 µs, not ~0.5 ms)
+                chunk = (self.buffer.read_ranges(key, [bs], [bs + n_read])[0] if self._has_read_ranges
+                         else np.asarray(arr[bs: bs + n_read]))
             result[key] = self._assemble_one(k, ss, se, chunk, arr)
         pad = np.ones(self.sequence_length, dtype=bool)
         pad[ss:se] = False

@@ -131,11 +131,8 @@ class _Fetcher:
 
     def get(self, key: str) -> bytes | None:
         if self.kind == "local":
-            try:
-                with open(f"{self.root}/{key}", "rb") as f:
-                    return f.read()
-            except FileNotFoundError:
-                return None
+            fd = self._fd(key)
+            return None if fd is None else os.pread(fd, os.fstat(fd).st_size, 0)
         buf = self.mapping.get(key)
         return None if buf is None else buf.to_bytes()
 
@@ -287,8 +284,14 @@ class ChunkReader:
                 out[c] = hit
         if missing:
             raws = [self._raw_chunk(c) for c in missing]
-            if len(missing) >= PARALLEL_DECODE_MIN and (os.cpu_count() or 1) > 1:
-                decoded = list(_decode_pool().map(self._decode_or_fill, raws))
+            n_workers = os.cpu_count() or 1
+            if len(missing) >= PARALLEL_DECODE_MIN and n_workers > 1:
+                # one task per worker (a submit costs ~40 µs, more than decoding a small chunk)
+                parts = [raws[i::n_workers] for i in range(n_workers)]
+                done = list(_decode_pool().map(lambda part: [self._decode_or_fill(r) for r in part], parts))
+                decoded = [None] * len(raws)
+                for i, part in enumerate(done):
+                    decoded[i::n_workers] = part
             else:
                 decoded = [self._decode_or_fill(r) for r in raws]
             for c, d in zip(missing, decoded):

@@ -259,8 +259,9 @@ class ReplayBuffer:
         return ``store``.  Chunks/codecs: explicit per key → this buffer's → defaults."""
         if store is None:
             raise ValueError("save_to_store needs a store; use copy_from_store(..., store=None) for memory")
-        self._copy_to_new(store, backend or registry.guess_backend(store).name, chunks=chunks,
-                          compressors=compressors, if_exists=if_exists, **kwargs)
+        saved = self._copy_to_new(store, backend or registry.guess_backend(store).name, chunks=chunks,
+                                  compressors=compressors, if_exists=if_exists, **kwargs)
+        saved.store.close()  # file backends release the file; the caller keeps ``store``
         return store
 
     def save_to_path(self, zarr_path: str | os.PathLike, chunks=None, compressors=None,
@@ -272,6 +273,7 @@ class ReplayBuffer:
         dst = entry.create(from_path, if_exists="append")
         self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists)
         root = dst.root
+        dst.close()
         return getattr(root, "store", root)
 
     # ------------------------------------------------------------------ copying internals
@@ -357,9 +359,11 @@ class ReplayBuffer:
         if CAP_SHARDS not in dst.capabilities:
             shards = None
         if compressor == "__source__":
-            if CAP_CODECS in s.capabilities:
-                codec = s.codec("data", key)
-            else:
+            codec = s.codec("data", key) if CAP_CODECS in s.capabilities else _resolve_compressor("default")
+            accepts = getattr(dst, "accepts_codec", None)
+            if codec is not None and callable(accepts) and not accepts(codec):
+                logger.warning("data key %r: the %s backend cannot use the source codec %r; using the "
+                               "'default' preset", key, dst.name, codec)
                 codec = _resolve_compressor("default")
         else:
             codec = _resolve_compressor(compressor)
@@ -704,7 +708,8 @@ class ReplayBuffer:
         out = {}
         for key in self.keys():
             x = self._store.read("data", key, a, b, st if st != 1 else None)
-            out[key] = x.copy() if copy and self.backend == "numpy" else x
+            # backends hand out fresh arrays or views of their memory; copy only the views
+            out[key] = x.copy() if copy and not x.flags.owndata else x
         return out
 
     def read_ranges(self, key: str, starts, stops) -> list[np.ndarray]:

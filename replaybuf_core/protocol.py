@@ -11,6 +11,13 @@ Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
 ``"shards"``       ``shards()`` answers and ``create_array(shards=...)`` is honoured
 ``"persistent"``   data survives the process (a file or directory store)
 ``"batched_read"`` ``read_ranges`` serves many row ranges with one read per chunk touched
+
+Optional methods, called only when present (``getattr(store, name, None)``):
+
+``accepts_codec(codec) -> bool``      copies fall back to the "default" preset when False
+``codecs_equal(a, b) -> bool``        ``set_compressors`` skips arrays already using the codec
+``cache_bytes`` (property, settable)  size of a cache of decoded chunks (``ReplayBuffer.cache_bytes``)
+``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)
 """
 
 from __future__ import annotations

@@ -210,6 +210,14 @@ class ZarrBackend:
         self._invalidate(group, dst)
         rename_member(g, src, dst)
 
+    def accepts_codec(self, codec: Any) -> bool:
+        """True when ``codec`` can be used in ``create_array`` (see :func:`to_zarr_codecs`)."""
+        try:
+            to_zarr_codecs(codec, self.zarr_format)
+        except (TypeError, KeyError, ValueError):
+            return False
+        return True
+
     def shape(self, group, name):
         return tuple(self.get_array(group, name).shape)
 
@@ -377,6 +385,11 @@ class ZarrEntrypoint(BackendEntrypoint):
                **kwargs: Any) -> ZarrBackend:
         from zarr.storage import MemoryStore
 
+        if root is None and isinstance(store, zarr.Group):
+            root = store
+            if if_exists == "replace":
+                for name in list(root):
+                    del root[name]
         if root is None:
             if store is None:
                 store = MemoryStore()

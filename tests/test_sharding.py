@@ -17,7 +17,7 @@ from replaybuf_zarr.sharding import (
     validate_image_frames_per_shard,
 )
 
-PUSHT = Path("/work/shared/data/pusht_cchi_v7_replay.zarr")
+from shared_data import PUSHT
 N_FRAMES = 600  # > 2 shards of 256 frames, last one partial
 CHUNKS = (1, 96, 96, 3)
 

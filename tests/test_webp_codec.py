@@ -1,6 +1,6 @@
 """Tests for replaybuf_zarr.codecs.webp.WebPCodec (zarr v3 serializer "replaybuf.webp").
 
-Real frames come from the PushT replay buffer in /work/shared/data (read-only):
+Real frames come from the PushT replay buffer in shared/data (read-only):
 ``data/img`` is (25650, 96, 96, 3) float32 holding integer RGB values.
 """
 
@@ -25,7 +25,7 @@ from zarr.storage import LocalStore, MemoryStore
 from replaybuf_zarr.codecs import WebPCodec
 from replaybuf_zarr.codecs import webp as webp_mod
 
-PUSHT = Path("/work/shared/data/pusht_cchi_v7_replay.zarr")
+from shared_data import PUSHT
 N_REAL_FRAMES = 300
 
 

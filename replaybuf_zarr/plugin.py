@@ -13,5 +13,7 @@ def replaybuf_backends():
 @hookimpl
 def replaybuf_register_commands(subparsers):
     from .cli_commands import register_synth
+    from .importers.cli import register_import
 
     register_synth(subparsers)
+    register_import(subparsers)

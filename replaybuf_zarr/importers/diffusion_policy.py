@@ -1,0 +1,545 @@
+"""Import diffusion_policy replay buffers (zarr v2 / v3 directories or ``.zarr.zip``) as replaybuf stores.
+
+Layout of the source: ``data/<key>`` arrays (time on axis 0) and ``meta/episode_ends`` (int64,
+cumulative step counts), as written by diffusion_policy's ``ReplayBuffer``.
+
+What the import does (:func:`import_diffusion_policy`):
+
+* **Streaming.**  Episodes are read one at a time (each source array through a reader that decodes
+  source chunks once, in order, and keeps at most one chunk plus one episode) and appended through
+  :meth:`ReplayBuffer.writer`, so every destination chunk/shard is written once and peak memory is a
+  few chunks/shards, not the decoded data set (Push-T: 2.8 GB of float32 frames, < 0.5 GB RSS).
+* **Images** — 4-D arrays ``(N, H, W, C)`` with ``C`` in {1, 3, 4} and ``H, W >= 8``:
+
+  - ``uint8``: WebP (:class:`~replaybuf_zarr.codecs.WebPCodec`), lossless by default
+    (``level=90``: libwebp effort; same bytes as 99 on Push-T, faster), lossy at quality ``Q``
+    with ``lossy_quality=Q``; one frame a chunk, ``image_frames_per_shard`` frames a shard.
+  - other numeric dtypes (Push-T stores float32 0..255): stored as uint8 WebP only when that is
+    provably lossless — every block read is checked (``block.astype(uint8).astype(src dtype)`` must
+    be *bitwise* identical to the block: integers in [0, 255], no NaN, no ``-0.0``).  The check runs
+    as the data streams (no extra pass over the source, which on Push-T costs as much to decode as
+    the frames cost to encode).  The first source chunk of each candidate is checked before anything
+    is written, so the common failure (images normalised to [0, 1]) is found at once.  When a later
+    block fails, the import **restarts** with that key kept in its source dtype (Blosc); the report
+    and the log say so.  ``keep_dtype=True`` skips the conversion (source dtype, Blosc).
+  - The conversion is recorded in the destination's ``data`` group attributes::
+
+        {"conversions": {"img": {"source_dtype": "float32", "converted_to": "uint8",
+                                 "codec": "replaybuf.webp(level=90, lossless=True)"}},
+         "import": {"format": "diffusion-policy", "source": "...", "lossy_quality": null}}
+
+* **Everything else**: source dtype, Blosc lz4 (the ``"default"`` preset), chunks from
+  :func:`~replaybuf_core.chunks.get_optimal_chunks` on the full shape (2 MB target — the rule
+  replaybuf uses for new keys; diffusion_policy's sources often hold tiny 161-row chunks).
+  String (object) arrays are stored uncompressed.
+* **Meta**: every ``meta`` array is copied (``episode_ends`` is rebuilt by the writer, the others are
+  copied as they are).
+* **Verification** after writing, from a fresh read-only open of the destination: episode ends, keys,
+  shapes and dtypes; every array episode by episode.  Exact keys compare a BLAKE2b digest of each
+  episode's source values (taken while streaming, after the proven-lossless dtype conversion, so
+  ``dst.astype(src.dtype)`` is bit-identical to the source iff the digests match) with one of the
+  destination's; lossy image keys re-read the source and report PSNR (dB, per key and the worst
+  episode).  Meta arrays are compared whole.  Failures name the key and the episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from replaybuf_core import ReplayBuffer, registry
+from replaybuf_core.chunks import get_optimal_chunks
+from replaybuf_core.codec_names import describe_codec
+from replaybuf_core.compressors import resolve_compressor
+from replaybuf_core.copying import copy_array
+from replaybuf_core.errors import CorruptStoreError
+
+from ..backend import ZarrEntrypoint
+from ..codecs import WebPCodec
+from ..sharding import get_image_shard_shape, validate_image_frames_per_shard
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ImportReport", "KeyReport", "import_diffusion_policy", "is_image_shape"]
+
+IMAGE_CHANNELS = (1, 3, 4)
+MIN_IMAGE_SIDE = 8
+#: libwebp effort for lossless frames (decoded pixels are identical at every level).
+LOSSLESS_LEVEL = 90
+EPISODE_ENDS = "episode_ends"
+
+
+def is_image_shape(shape: tuple[int, ...]) -> bool:
+    """True for ``(N, H, W, C)`` with ``C`` in {1, 3, 4} and ``H, W >= 8`` (pixels)."""
+    return len(shape) == 4 and shape[3] in IMAGE_CHANNELS and min(shape[1], shape[2]) >= MIN_IMAGE_SIDE
+
+
+@dataclass
+class KeyReport:
+    """What happened to one data key.
+
+    ``exact``: True when the destination, cast back to the source dtype, is bit-identical to the
+    source in every episode; False when an episode differs; None for lossy keys (see ``psnr_db``,
+    dB over the whole key, and ``min_episode_psnr_db``, the worst episode; ``inf`` when identical).
+    """
+
+    key: str
+    shape: tuple[int, ...]
+    source_dtype: str
+    stored_dtype: str
+    codec: str
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+    converted: bool = False
+    lossy: bool = False
+    exact: bool | None = None
+    psnr_db: float | None = None
+    min_episode_psnr_db: float | None = None
+    note: str | None = None
+
+
+@dataclass
+class ImportReport:
+    """Result of :func:`import_diffusion_policy`.
+
+    ``problems`` lists every failed check (each names the key and, for data, the episode); ``ok`` is
+    True when it is empty.  Byte counts are bytes on disk (the source ``.zip`` file size or the sum of
+    the directory's files); ``seconds`` is wall time of the whole import including verification.
+    """
+
+    src: str
+    dst: str
+    n_episodes: int
+    n_steps: int
+    keys: dict[str, KeyReport]
+    meta_keys: list[str]
+    problems: list[str] = field(default_factory=list)
+    restarts: list[str] = field(default_factory=list)
+    source_bytes: int = 0
+    stored_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        """Human-readable multi-line summary (what the CLI prints)."""
+        lines = [f"imported {self.src} -> {self.dst}: {self.n_episodes} episodes, {self.n_steps} steps "
+                 f"in {self.seconds:.1f} s"]
+        for r in self.keys.values():
+            dt = r.source_dtype if r.source_dtype == r.stored_dtype else f"{r.source_dtype}->{r.stored_dtype}"
+            if r.lossy:
+                check = (f"PSNR {r.psnr_db:.2f} dB (worst episode {r.min_episode_psnr_db:.2f} dB)"
+                         if r.psnr_db is not None else "not checked")
+            else:
+                check = {True: "bit-exact", False: "MISMATCH", None: "not checked"}[r.exact]
+            lines.append(f"  {r.key:<12} {str(r.shape):<22} {dt:<16} {r.codec:<44} {check}")
+            if r.note:
+                lines.append(f"               note: {r.note}")
+        lines.append(f"  meta: {', '.join(self.meta_keys)}")
+        for msg in self.restarts:
+            lines.append(f"  restart: {msg}")
+        ratio = self.source_bytes / self.stored_bytes if self.stored_bytes else float("nan")
+        lines.append(f"bytes on disk: source {self.source_bytes:,}, destination {self.stored_bytes:,} "
+                     f"({ratio:.2f}x smaller)" if ratio >= 1 else
+                     f"bytes on disk: source {self.source_bytes:,}, destination {self.stored_bytes:,} "
+                     f"({1 / ratio:.2f}x larger)")
+        if self.ok:
+            lines.append("verification: OK (every array checked against the source)")
+        else:
+            lines.append(f"verification: FAILED ({len(self.problems)} problem(s))")
+            lines.extend(f"  - {p}" for p in self.problems)
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+class _NotLossless(Exception):
+    def __init__(self, key: str, episode: int, row: int, reason: str):
+        super().__init__(f"data/{key}: episode {episode}, row {row}: {reason}")
+        self.key, self.episode, self.row, self.reason = key, episode, row, reason
+
+
+class _RowReader:
+    """Serve increasing row ranges ``[start, stop)`` of one array, reading it in blocks aligned to
+    ``block`` rows (its chunk / shard length) so each stored object is decoded once.  Holds at most
+    one block plus one range."""
+
+    def __init__(self, store: Any, group: str, name: str, n_rows: int, block: int):
+        self._s, self._g, self._n = store, group, name
+        self._rows = int(n_rows)
+        self._block = max(1, int(block))
+        self._buf: np.ndarray | None = None
+        self._start = 0
+        self._end = 0
+
+    def take(self, start: int, stop: int) -> np.ndarray:
+        if self._buf is None or start < self._start:
+            self._buf, self._start, self._end = None, start, start
+        if stop > self._end:
+            new_end = min(self._rows, -(-stop // self._block) * self._block)
+            fresh = self._s.read(self._g, self._n, self._end, new_end)
+            keep = self._buf[start - self._start:] if self._buf is not None else None
+            self._buf = fresh if keep is None or len(keep) == 0 else np.concatenate([keep, fresh])
+            self._start, self._end = start, new_end
+        return self._buf[start - self._start: stop - self._start]
+
+
+def _object_rows(store: Any, group: str, name: str) -> int:
+    shards = store.shards(group, name) if hasattr(store, "shards") else None
+    if shards:
+        return int(shards[0])
+    chunks = store.chunks(group, name) if hasattr(store, "chunks") else None
+    return int(chunks[0]) if chunks else 1
+
+
+def _as_uint8_if_lossless(x: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """``(x as uint8, -1)`` when ``x.astype(uint8).astype(x.dtype)`` is bitwise ``x``; else
+    ``(None, first offending row)``."""
+    if x.dtype == np.uint8:
+        return x, -1
+    x = np.ascontiguousarray(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        u = x.astype(np.uint8)
+    back = u.astype(x.dtype)
+    if np.array_equal(back.view(np.uint8), x.view(np.uint8)):
+        return u, -1
+    row_bad = (back.view(np.uint8) != x.view(np.uint8)).reshape(len(x), -1).any(axis=1)
+    return None, int(np.flatnonzero(row_bad)[0])
+
+
+def _first_bad_value(x: np.ndarray) -> Any:
+    """The first element of ``x`` (one row) that is not exactly a uint8 value."""
+    r = np.ascontiguousarray(x).ravel()
+    with np.errstate(invalid="ignore", over="ignore"):
+        back = r.astype(np.uint8).astype(r.dtype)
+    bad = np.flatnonzero((back.view(np.uint8).reshape(len(r), -1) != r.view(np.uint8).reshape(len(r), -1)).any(axis=1))
+    return r[bad[0]].item() if bad.size else None
+
+
+def _digest(x: np.ndarray) -> bytes:
+    x = np.ascontiguousarray(x)
+    if x.dtype == object:
+        return hashlib.blake2b(repr(x.tolist()).encode()).digest()
+    return hashlib.blake2b(x.view(np.uint8).data if x.ndim else x.tobytes(), digest_size=16).digest()
+
+
+def _no_cache(store: Any) -> None:
+    """Every chunk is read once, in order: a cache of decoded chunks would only cost memory."""
+    if hasattr(store, "cache_bytes"):
+        store.cache_bytes = 0
+
+
+def _disk_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+@dataclass
+class _Plan:
+    key: str
+    shape: tuple[int, ...]
+    src_dtype: np.dtype
+    dtype: np.dtype
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+    codec: Any
+    image: bool
+    converted: bool
+    lossy: bool
+    note: str | None = None
+
+
+def _plan_key(store: Any, key: str, n_steps: int, keep_dtype: bool, lossy_quality: int | None,
+              fps: int | None, kept_float: dict[str, str]) -> _Plan:
+    shape = (n_steps,) + tuple(store.shape("data", key)[1:])
+    dtype = np.dtype(store.dtype("data", key))
+    note = kept_float.get(key)
+    image_ok = is_image_shape(shape) and (dtype == np.uint8 or (
+        dtype.kind in "iuf" and not keep_dtype and key not in kept_float))
+    if image_ok:
+        codec = (WebPCodec(level=int(lossy_quality), lossless=False) if lossy_quality is not None
+                 else WebPCodec(level=LOSSLESS_LEVEL, lossless=True))
+        chunks = (1,) + shape[1:]
+        shards = get_image_shard_shape(chunks, fps) if fps else None
+        return _Plan(key, shape, dtype, np.dtype(np.uint8), chunks, shards, codec, True,
+                     dtype != np.uint8, lossy_quality is not None, note)
+    if is_image_shape(shape) and dtype.kind in "iuf" and keep_dtype and note is None:
+        note = f"kept as {dtype} (keep_dtype)"
+    chunks = get_optimal_chunks((max(shape[0], 1),) + shape[1:], dtype)
+    codec = None if dtype == object else resolve_compressor("default")
+    return _Plan(key, shape, dtype, dtype, chunks, None, codec, False, False, False, note)
+
+
+# ------------------------------------------------------------------------------------------ the import
+def import_diffusion_policy(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    keep_dtype: bool = False,
+    lossy_quality: int | None = None,
+    image_frames_per_shard: int | None = 256,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> ImportReport:
+    """Import the diffusion_policy replay buffer at ``src`` into a new zarr v3 store at ``dst``.
+
+    See the module docstring for what is converted and how it is verified.
+
+    Args:
+        src: a zarr v2 or v3 directory, or a ``.zip`` of one (``~`` expanded); opened read-only.
+        dst: the directory to create.
+        keep_dtype: keep non-uint8 image arrays in their source dtype (Blosc) instead of converting
+            provably-lossless ones to uint8 WebP.
+        lossy_quality: ``None`` for lossless WebP; an int 0..100 for lossy WebP at that quality.
+        image_frames_per_shard: frames per shard of WebP arrays (``None``: one file per frame).
+        progress: show a tqdm bar over episodes (stderr).
+        overwrite: replace an existing zarr store at ``dst`` (never a non-zarr directory).
+
+    Returns:
+        An :class:`ImportReport`; check ``report.ok`` (verification problems do not raise).
+
+    Raises:
+        FileNotFoundError: ``src`` does not exist.
+        FileExistsError: ``dst`` exists (and ``overwrite`` is False, or it is not a zarr store).
+        ValueError: ``src`` is not a replay buffer (no ``data``/``meta/episode_ends``, decreasing
+            ``episode_ends``, short data array: a :class:`~replaybuf_core.errors.CorruptStoreError`),
+            ``dst`` is inside ``src`` (or the same), bad ``lossy_quality``.
+        TypeError: bad ``lossy_quality`` / ``image_frames_per_shard`` type.
+    Nothing is written when an argument is rejected.  If the import itself fails midway, the partial
+    destination is removed and the error re-raised.
+    """
+    t0 = time.perf_counter()
+    fps = validate_image_frames_per_shard(image_frames_per_shard)
+    if lossy_quality is not None:
+        if isinstance(lossy_quality, bool) or not isinstance(lossy_quality, (int, np.integer)):
+            raise TypeError(f"lossy_quality must be an int 0..100 or None, got {lossy_quality!r}")
+        if not 0 <= int(lossy_quality) <= 100:
+            raise ValueError(f"lossy_quality must be in 0..100, got {lossy_quality}")
+    src_path = Path(os.path.expanduser(os.fspath(src))).resolve()
+    dst_path = Path(os.path.expanduser(os.fspath(dst))).resolve()
+    if not src_path.exists():
+        raise FileNotFoundError(f"no source store at {src_path}")
+    if dst_path == src_path or src_path in dst_path.parents:
+        raise ValueError(f"the destination {dst_path} must not be the source or inside it ({src_path})")
+    if dst_path.exists() and (not overwrite or not ((dst_path / "zarr.json").exists()
+                                                    or (dst_path / ".zgroup").exists())):
+        raise FileExistsError(f"{dst_path} already exists"
+                              + ("; pass overwrite=True (--overwrite) to replace it" if not overwrite else
+                                 " and is not a zarr store; refusing to replace it"))
+    src_store = registry.open_backend(os.fspath(src_path), backend="zarr", read_only=True)
+    _no_cache(src_store)
+    for group in ("data", "meta"):
+        if not src_store.has_group(group):
+            raise CorruptStoreError(f"{src_path} is not a replay buffer: it has no {group!r} group")
+    src_rb = ReplayBuffer(src_store, read_only=True)  # validates episode_ends and data lengths
+    if src_rb.n_episodes == 0:
+        logger.info("%s holds no episode", src_path)
+
+    kept_float: dict[str, str] = {}
+    restarts: list[str] = []
+    # the cheap early check: the first chunk of every conversion candidate
+    for key in src_rb.keys():
+        plan = _plan_key(src_store, key, src_rb.n_steps, keep_dtype, lossy_quality, fps, kept_float)
+        if plan.converted and src_rb.n_steps:
+            n = min(src_rb.n_steps, _object_rows(src_store, "data", key))
+            first = src_store.read("data", key, 0, n)
+            u, row = _as_uint8_if_lossless(first)
+            if u is None:
+                kept_float[key] = (f"kept as {plan.src_dtype}: row {row} (episode "
+                                   f"{_episode_of(src_rb, row)}) holds {_first_bad_value(first[row])!r}, "
+                                   "not an integer in 0..255")
+    while True:
+        try:
+            result = _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float,
+                                  progress, overwrite or bool(restarts))
+            break
+        except _NotLossless as exc:
+            msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
+                   f"{exc.key!r} kept as {src_store.dtype('data', exc.key)}")
+            logger.warning("%s", msg)
+            restarts.append(msg)
+            kept_float[exc.key] = f"kept as {src_store.dtype('data', exc.key)}: {exc.reason} (episode {exc.episode}, row {exc.row})"
+        except BaseException:
+            shutil.rmtree(dst_path, ignore_errors=True)
+            raise
+    plans, digests = result
+    report = _verify(src_rb, src_path, dst_path, plans, digests, progress)
+    report.restarts = restarts
+    report.source_bytes = _disk_bytes(src_path)
+    report.stored_bytes = _disk_bytes(dst_path)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _episode_of(rb: ReplayBuffer, row: int) -> int:
+    return int(np.searchsorted(rb.episode_ends, row, side="right"))
+
+
+def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float, progress,
+                 replace) -> tuple[dict[str, _Plan], dict[str, list[bytes]]]:
+    src_store = src_rb.store
+    n_steps, n_ep = src_rb.n_steps, src_rb.n_episodes
+    keys = src_rb.keys()
+    plans = {k: _plan_key(src_store, k, n_steps, keep_dtype, lossy_quality, fps, kept_float) for k in keys}
+    # every chunk is stored, even one equal to the fill value: `verify` can then tell a missing
+    # stored object from one zarr skipped
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        dst = ZarrEntrypoint().create(os.fspath(dst_path), if_exists="replace" if replace else "raise")
+        _no_cache(dst)
+        for key, p in plans.items():
+            dst.create_array("data", key, shape=(0,) + p.shape[1:], dtype=p.dtype, chunks=p.chunks,
+                             codec=p.codec, shards=p.shards, fill_value=None if p.dtype == object else 0)
+        for name in src_store.list_arrays("meta"):
+            if name != EPISODE_ENDS:
+                copy_array(src_store, "meta", name, dst, "meta", name)
+        ReplayBuffer._ensure_episode_ends(dst)
+        conversions = {
+            p.key: {"source_dtype": str(p.src_dtype), "converted_to": "uint8", "codec": describe_codec(p.codec)}
+            for p in plans.values() if p.converted
+        }
+        dst.set_attrs("data", {
+            "conversions": conversions,
+            "import": {"format": "diffusion-policy", "source": os.fspath(src_path),
+                       "lossy_quality": lossy_quality, "keep_dtype": bool(keep_dtype),
+                       "kept_dtype": dict(kept_float)},
+        })
+        rb = ReplayBuffer(dst)
+        readers = {k: _RowReader(src_store, "data", k, n_steps, _object_rows(src_store, "data", k)) for k in keys}
+        digests: dict[str, list[bytes]] = {k: [] for k in keys}
+        ends = src_rb.episode_ends
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=n_ep, unit="episode", desc=f"importing {src_path.name}")
+        try:
+            with rb.writer() as w:
+                start = 0
+                for ep in range(n_ep):
+                    stop = int(ends[ep])
+                    episode = {}
+                    for key in keys:
+                        x = readers[key].take(start, stop)
+                        p = plans[key]
+                        if p.converted:
+                            u, row = _as_uint8_if_lossless(x)
+                            if u is None:
+                                raise _NotLossless(key, ep, start + row,
+                                                   f"holds {_first_bad_value(x[row])!r}, not an integer in 0..255")
+                            x = u
+                        if not p.lossy:
+                            digests[key].append(_digest(x))
+                        episode[key] = x
+                    w.add_episode(episode)
+                    start = stop
+                    if bar is not None:
+                        bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+    return plans, digests
+
+
+def _psnr(sse: float, count: int) -> float:
+    if count == 0 or sse == 0:
+        return math.inf
+    return 10.0 * math.log10(255.0 ** 2 / (sse / count))
+
+
+def _verify(src_rb: ReplayBuffer, src_path: Path, dst_path: Path, plans: dict[str, _Plan],
+            digests: dict[str, list[bytes]], progress: bool) -> ImportReport:
+    """Re-open the destination read-only and check it against the source (see module docstring)."""
+    problems: list[str] = []
+    dst_rb = ReplayBuffer.create_from_path(dst_path)
+    dst = dst_rb.store
+    _no_cache(dst)
+    src_store = src_rb.store
+    reports: dict[str, KeyReport] = {}
+    if dst_rb.n_episodes != src_rb.n_episodes or not np.array_equal(dst_rb.episode_ends, src_rb.episode_ends):
+        problems.append(f"meta/episode_ends differs: source {src_rb.n_episodes} episodes / {src_rb.n_steps} "
+                        f"steps, destination {dst_rb.n_episodes} / {dst_rb.n_steps}")
+    if sorted(dst_rb.keys()) != sorted(plans):
+        problems.append(f"data keys differ: source {sorted(plans)}, destination {dst_rb.keys()}")
+    keys = [k for k in plans if k in dst_rb]
+    for key in keys:
+        p = plans[key]
+        shape, dtype = tuple(dst.shape("data", key)), np.dtype(dst.dtype("data", key))
+        codec = dst.codec("data", key)
+        reports[key] = KeyReport(key, p.shape, str(p.src_dtype), str(dtype), describe_codec(codec),
+                                 tuple(dst.chunks("data", key)), dst.shards("data", key), p.converted, p.lossy,
+                                 note=p.note)
+        if shape != p.shape or dtype != p.dtype:
+            problems.append(f"data/{key}: destination is {shape} {dtype}, expected {p.shape} {p.dtype}")
+    if problems:
+        return ImportReport(os.fspath(src_path), os.fspath(dst_path), dst_rb.n_episodes, dst_rb.n_steps,
+                            reports, src_store.list_arrays("meta"), problems)
+    n = src_rb.n_steps
+    dreaders = {k: _RowReader(dst, "data", k, n, _object_rows(dst, "data", k)) for k in keys}
+    sreaders = {k: _RowReader(src_store, "data", k, n, _object_rows(src_store, "data", k))
+                for k in keys if plans[k].lossy}
+    sse = {k: 0.0 for k in sreaders}
+    worst = {k: math.inf for k in sreaders}
+    first_bad: dict[str, int] = {}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=src_rb.n_episodes, unit="episode", desc="verifying")
+    try:
+        start = 0
+        for ep, end in enumerate(src_rb.episode_ends):
+            stop = int(end)
+            for key in keys:
+                y = dreaders[key].take(start, stop)
+                if plans[key].lossy:
+                    x, _ = _as_uint8_if_lossless(sreaders[key].take(start, stop))
+                    e = float(np.sum((y.astype(np.float64) - x.astype(np.float64)) ** 2))
+                    sse[key] += e
+                    worst[key] = min(worst[key], _psnr(e, y.size))
+                elif key not in first_bad and _digest(y) != digests[key][ep]:
+                    first_bad[key] = ep
+                    problems.append(f"data/{key}: episode {ep} (rows [{start}, {stop})) differs from the source")
+            start = stop
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    for key in keys:
+        r = reports[key]
+        if plans[key].lossy:
+            r.psnr_db = _psnr(sse[key], n * int(np.prod(plans[key].shape[1:])))
+            r.min_episode_psnr_db = worst[key]
+        else:
+            r.exact = key not in first_bad
+    meta_keys = src_store.list_arrays("meta")
+    for name in meta_keys:
+        if name == EPISODE_ENDS:
+            continue
+        if not dst.has_array("meta", name):
+            problems.append(f"meta/{name}: missing from the destination")
+            continue
+        a = np.asarray(_read_all(src_store, name))
+        b = np.asarray(_read_all(dst, name))
+        if a.shape != b.shape or a.dtype != b.dtype or _digest(a) != _digest(b):
+            problems.append(f"meta/{name}: differs from the source ({a.shape} {a.dtype} vs {b.shape} {b.dtype})")
+    return ImportReport(os.fspath(src_path), os.fspath(dst_path), dst_rb.n_episodes, dst_rb.n_steps, reports,
+                        meta_keys, problems)
+
+
+def _read_all(store: Any, name: str) -> np.ndarray:
+    shape = store.shape("meta", name)
+    if len(shape) == 0:
+        return np.asarray(store.get_array("meta", name)[()])
+    return store.read("meta", name, 0, shape[0])

@@ -281,6 +281,18 @@ class ZarrBackend:
         arr = self.get_array(group, name)
         return [_as_object_strings(arr[a:b]) for a, b in zip(starts, stops)]
 
+    def stored_bytes(self, group: str, name: str) -> int | None:
+        """Optional protocol method: bytes stored for the array (metadata + chunk/shard objects)."""
+        from .inspection import stored_bytes
+
+        return stored_bytes(self.get_array(group, name))
+
+    def check_chunks(self, group: str, name: str) -> list[str]:
+        """Optional protocol method: problems with the stored objects (missing chunk/shard files)."""
+        from .inspection import missing_objects
+
+        return missing_objects(self.get_array(group, name), f"{group}/{name}")
+
     def get_attrs(self, group):
         return dict(self._group(group).attrs)
 

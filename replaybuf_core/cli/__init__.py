@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from .. import registry
-from . import backends_cmd
+from . import backends_cmd, info_cmd, verify_cmd, view_cmd
 
-CORE_COMMANDS = (backends_cmd,)
+CORE_COMMANDS = (backends_cmd, info_cmd, verify_cmd, view_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

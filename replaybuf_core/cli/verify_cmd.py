@@ -1,0 +1,25 @@
+"""``replaybuf verify PATH``: name every problem of a store; exit 0 clean, 1 otherwise."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="check a replay buffer's integrity (read-only)",
+                       description="Check episode_ends, array lengths, that every chunk decodes (and, on "
+                                   "zarr, that no chunk/shard file is missing); NaN/inf are notes.  Exit 0 "
+                                   "when clean, 1 when an error was found.")
+    p.add_argument("path", metavar="PATH", help="store to check (opened read-only)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..verify import verify_store
+
+    problems = verify_store(args.path)
+    errors = [p for p in problems if p.level == "error"]
+    for p in problems:
+        print(p)
+    notes = len(problems) - len(errors)
+    print(f"{args.path}: " + (f"FAILED: {len(errors)} error(s), {notes} note(s)" if errors
+                              else f"OK ({notes} note(s))"))
+    return 1 if errors else 0

@@ -22,6 +22,7 @@ import logging
 import numbers
 import os
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,8 +33,11 @@ from .chunks import check_chunks_compatible, get_optimal_chunks
 from .compressors import resolve_compressor as _resolve_compressor
 from .copying import copy_array
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
-from .errors import CapabilityError, CorruptStoreError, ReadOnlyError
+from . import locking
+from .errors import CapabilityError, ReadOnlyError
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+from .recovered_view import RecoveredView
+from .recovery import RecoveryReport, is_temp_name, recover, temp_names
 from .writer import EpisodeWriter
 
 logger = logging.getLogger(__name__)
@@ -48,6 +52,8 @@ def _check_key(key: Any, what: str = "data key") -> None:
         raise TypeError(f"{what} must be a str, got {type(key).__name__} {key!r}")
     if key == "" or "/" in key or key in (".", ".."):
         raise ValueError(f"{what} {key!r} is invalid: keys must be non-empty and contain no '/'")
+    if is_temp_name(key):
+        raise ValueError(f"{what} {key!r} is reserved for rechunk temp arrays ('_temp', '_temp.*', '_temp_old*')")
 
 
 def _as_episode_array(key: str, value: Any) -> np.ndarray:
@@ -91,65 +97,75 @@ class ReplayBuffer:
             ``episode_ends[-1]`` (names the key and both numbers).
         BackendNotFoundError (a ValueError): no backend claims ``root``.
 
-    A data array *longer* than ``episode_ends[-1]`` is the trace of an interrupted append: a warning
-    says how many steps are dropped; writable opens trim the array, read-only opens hide the rows.
+        StoreLockedError (a RuntimeError): a writable open of a local directory store that another
+            process holds open for writing (the message names its pid).
+
+    Interrupted writes are undone on open by :func:`replaybuf_core.recovery.recover` (a
+    ``RuntimeWarning`` says what and how many steps): a data array *longer* than ``episode_ends[-1]``
+    (interrupted append), trailing ``-1`` fill entries of ``episode_ends`` (interrupted commit), an
+    interrupted rechunk swap.  Writable opens repair the store; read-only opens change nothing on disk
+    and present the committed content through :class:`~replaybuf_core.recovered_view.RecoveredView`
+    (``buffer[key]`` is then a read-only :class:`~replaybuf_core.recovered_view.RowLimitedArray` of
+    ``n_steps`` rows; the native groups ``buffer.data``/``buffer.meta`` stay unfiltered).
+
+    Writable opens of a local directory take the writer lock ``<store>/.replaybuf.lock`` (see
+    :mod:`replaybuf_core.locking`), released by :meth:`close` / leaving a ``with`` block, or when the
+    process dies.  Use ``with ReplayBuffer(path) as rb:``.
     """
 
     # ------------------------------------------------------------------ opening / creating
     def __init__(self, root: Any, *, backend: str | None = None, read_only: bool = False):
         store = registry.open_backend(root, backend=backend, read_only=read_only)
-        for group in ("data", "meta"):
-            if not store.has_group(group):
-                raise CorruptStoreError(f"the store has no {group!r} group")
-        if not store.has_array("meta", EPISODE_ENDS):
-            raise CorruptStoreError("the store has no 'meta/episode_ends' array")
+        self._closed = False
+        self._lock = None
+        self._release = None
+        if not store.read_only:
+            lock_dir = locking.lock_dir_of(store)
+            if lock_dir is not None:  # one writer process per store (StoreLockedError)
+                self._lock = locking.acquire(lock_dir)
+                if self._lock is not None:
+                    self._release = weakref.finalize(self, self._lock.release)
+        try:
+            report = recover(store)  # writable: repairs interrupted writes; read-only: only looks
+        except BaseException:
+            self._release_lock()
+            raise
+        if not report.clean:
+            warnings.warn(str(report), RuntimeWarning, stacklevel=2)
+            if store.read_only:
+                store = RecoveredView(store, report)
         self._store: StorageBackend = store
-        ends = self._load_episode_ends()
-        self._ends = ends
-        self._n_ep = ends.size
+        self._recovery = report
+        self._ends = np.array(report.episode_ends, dtype=np.int64)
+        self._n_ep = self._ends.size
         self._idx_cache: np.ndarray | None = None
-        self._check_data_lengths()
 
-    def _load_episode_ends(self) -> np.ndarray:
-        s = self._store
-        shape = s.shape("meta", EPISODE_ENDS)
-        dtype = np.dtype(s.dtype("meta", EPISODE_ENDS))
-        if len(shape) != 1:
-            raise CorruptStoreError(f"meta/episode_ends must be 1-D, has shape {shape}")
-        if dtype.kind not in "iu":
-            raise CorruptStoreError(f"meta/episode_ends must hold integers, has dtype {dtype}")
-        ends = np.asarray(s.read("meta", EPISODE_ENDS, 0, shape[0]), dtype=np.int64).copy()
-        if ends.size:
-            if ends[0] < 0:
-                raise CorruptStoreError(f"meta/episode_ends[0] is {ends[0]}, negative")
-            drops = np.flatnonzero(np.diff(ends) < 0)
-            if drops.size:
-                i = int(drops[0]) + 1
-                raise CorruptStoreError(
-                    f"meta/episode_ends decreases at episode {i}: episode_ends[{i - 1}]={ends[i - 1]} > "
-                    f"episode_ends[{i}]={ends[i]}"
-                )
-        return ends
+    @property
+    def recovery(self) -> RecoveryReport:
+        """What opening found and repaired (writable) or hid (read-only): see
+        :mod:`replaybuf_core.recovery`.  ``recovery.clean`` is True for an intact store."""
+        return self._recovery
 
-    def _check_data_lengths(self) -> None:
-        n = self.n_steps
-        s = self._store
-        for key in s.list_arrays("data"):
-            rows = s.shape("data", key)[0] if s.shape("data", key) else 0
-            if rows < n:
-                raise CorruptStoreError(
-                    f"data array {key!r} has {rows} rows but meta/episode_ends[-1] is {n}"
-                )
-            if rows > n:
-                warnings.warn(
-                    f"data array {key!r} has {rows - n} steps past meta/episode_ends[-1]={n} (an "
-                    "interrupted append); they are "
-                    + ("hidden (read-only open)" if s.read_only else "dropped"),
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                if not s.read_only:
-                    s.resize("data", key, n)
+    def _release_lock(self) -> None:
+        if self._release is not None:
+            self._release()
+
+    def close(self) -> None:
+        """Release the writer lock and close the backend (files, zip stores).  Idempotent; the buffer
+        must not be used afterwards (writes raise ``ValueError``)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._store.close()
+        finally:
+            self._release_lock()
+
+    def __enter__(self) -> ReplayBuffer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
 
     @classmethod
     def create_empty(cls, backend: str = "zarr", store: Any = None, **kwargs: Any) -> ReplayBuffer:
@@ -444,7 +460,9 @@ class ReplayBuffer:
     def __repr__(self) -> str:
         tree = getattr(self._store.root, "tree", None)
         if callable(tree):
-            return str(tree())
+            with warnings.catch_warnings():  # zarr names the writer lock file "not a zarr component"
+                warnings.filterwarnings("ignore", message=".*replaybuf.lock.*")
+                return str(tree())
         keys = ", ".join(f"{k}: {self._store.shape('data', k)} {self._store.dtype('data', k)}"
                          for k in self.keys())
         return (f"ReplayBuffer(backend={self.backend!r}, n_episodes={self.n_episodes}, "
@@ -452,8 +470,8 @@ class ReplayBuffer:
 
     # mapping over data keys
     def keys(self) -> list[str]:
-        """Data keys, sorted."""
-        return self._store.list_arrays("data")
+        """Data keys, sorted (rechunk temp arrays are never keys)."""
+        return [k for k in self._store.list_arrays("data") if not is_temp_name(k)]
 
     def values(self) -> list[Any]:
         return [self._store.get_array("data", k) for k in self.keys()]
@@ -508,6 +526,8 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ writing
     def _require_writable(self) -> None:
+        if self._closed:
+            raise ValueError("this replay buffer is closed")
         if self._store.read_only:
             raise ReadOnlyError("this replay buffer is open read-only (create_from_path opens read-only; "
                                 "use ReplayBuffer(path) or copy_from_path to write)")
@@ -822,8 +842,10 @@ _KEEP = object()
 
 def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple[int, ...] | None = None,
                   codec: Any = _KEEP, shards: Any = _KEEP, tmp_key: str = "_temp") -> None:
-    """Rewrite ``group/name`` with new chunks and/or codec: stream into ``tmp_key`` beside it, then
-    swap (old → ``<tmp_key>_old``, new → name, delete old), so a failure midway loses nothing.
+    """Rewrite ``group/name`` with new chunks and/or codec: stream into ``<tmp_key>.<name>`` beside it,
+    then swap (old → ``<tmp_key>_old.<name>``, new → name, delete old), so a failure midway loses
+    nothing; a process killed midway leaves temps that :func:`replaybuf_core.recovery.recover` (run
+    by the next open) rolls back or deletes.
 
     ``chunks=None`` keeps the current chunks; ``codec``/``shards`` default to the current ones (shards
     are dropped when the new chunk length does not divide them).
@@ -837,7 +859,7 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
         shards = store.shards(group, name) if CAP_SHARDS in store.capabilities else None
         if shards is not None and any(s % c for s, c in zip(shards, new_chunks)):
             shards = None
-    backup = f"{tmp_key}_old"
+    tmp_key, backup = temp_names(name, tmp_key)  # the names say whose temps they are (recovery)
     for stale in (tmp_key, backup):
         if store.has_array(group, stale):
             store.delete_array(group, stale)

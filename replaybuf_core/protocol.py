@@ -18,6 +18,10 @@ Optional methods, called only when present (``getattr(store, name, None)``):
 ``codecs_equal(a, b) -> bool``        ``set_compressors`` skips arrays already using the codec
 ``cache_bytes`` (property, settable)  size of a cache of decoded chunks (``ReplayBuffer.cache_bytes``)
 ``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)
+``lock_path() -> path | None``        directory where writable opens take the writer lock
+                                      (:mod:`replaybuf_core.locking`); None: no lock
+``fill_value(group, name)``           an array's fill value (else read from the native array's
+                                      ``fill_value``/``fillvalue``; :mod:`replaybuf_core.recovery`)
 ``stored_bytes(group, name) -> int | None``  bytes on storage for one array (``replaybuf info``)
 ``check_chunks(group, name) -> list[str]``   problems with the stored objects, e.g. a missing chunk
                                       file (``replaybuf verify``; decoding is checked by reading)

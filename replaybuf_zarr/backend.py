@@ -303,6 +303,10 @@ class ZarrBackend:
     def flush(self):
         pass
 
+    def lock_path(self) -> Path | None:
+        """The directory of a ``LocalStore`` root (where the writer lock goes), else None."""
+        return _local_root(self._root.store)
+
     def close(self):
         store = self._root.store
         if type(store).__name__ == "ZipStore":

@@ -1,0 +1,130 @@
+"""One writer, many readers: an advisory writer lock on a store directory.
+
+A writable open of a store that lives in a local directory (a zarr ``LocalStore``) takes
+``fcntl.flock(LOCK_EX)`` on ``<store>/.replaybuf.lock`` and writes the holder's pid into it.  The
+kernel releases the lock when the process dies (SIGKILL included), so a killed recording never leaves
+a stale lock; :meth:`StoreLock.release` (``ReplayBuffer.close()``) releases it earlier.  Read-only
+opens take no lock.
+
+Within one process, writable opens of the same directory share the lock (reference counted): the lock
+excludes other *processes*.  A forked child does not inherit the right to write: its own writable open
+raises :class:`~replaybuf_core.errors.StoreLockedError` while the parent holds the lock.  The lock is
+advisory: code that writes the files without replaybuf is not stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreLockedError
+
+LOCK_NAME = ".replaybuf.lock"
+
+try:  # pragma: no cover - platform dependent
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no locking
+    fcntl = None  # type: ignore[assignment]
+
+_mutex = threading.Lock()
+# realpath of the lock file -> [fd, reference count, pid of the process that took it]
+_held: dict[str, list[int]] = {}
+
+
+def lock_dir_of(store: Any) -> Path | None:
+    """The directory a writer lock for ``store`` (a StorageBackend) goes in, or None when the store
+    is not a local directory (memory stores, files handled by their own library).  Backends declare
+    it with the optional ``lock_path()`` verb."""
+    fn = getattr(store, "lock_path", None)
+    if not callable(fn):
+        return None
+    path = fn()
+    return Path(path) if path is not None else None
+
+
+class StoreLock:
+    """A share of the process's writer lock on one directory; :meth:`release` gives it back."""
+
+    def __init__(self, key: str, directory: Path):
+        self._key = key
+        self.directory = directory
+        self._pid = os.getpid()
+        self._released = False
+
+    @property
+    def path(self) -> Path:
+        """The lock file."""
+        return self.directory / LOCK_NAME
+
+    def release(self) -> None:
+        """Give back this share; the last share unlocks and closes the lock file.  Idempotent; a no-op
+        in a forked child (unlocking there would release the parent's lock)."""
+        if self._released:
+            return
+        self._released = True
+        if os.getpid() != self._pid:
+            return
+        with _mutex:
+            entry = _held.get(self._key)
+            if entry is None or entry[2] != self._pid:
+                return
+            entry[1] -= 1
+            if entry[1] > 0:
+                return
+            del _held[self._key]
+            fd = entry[0]
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _holder_pid(fd: int) -> str:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "unknown"
+
+
+def acquire(directory: str | os.PathLike) -> StoreLock | None:
+    """Take (or share, within this process) the writer lock of the store in ``directory``.
+
+    Returns:
+        a :class:`StoreLock`, or None where ``fcntl`` is unavailable (no locking).
+
+    Raises:
+        StoreLockedError: another process holds the lock (the message names its pid and the lock file).
+        OSError: the lock file cannot be created (e.g. the directory is not writable).
+    """
+    if fcntl is None:  # pragma: no cover
+        return None
+    directory = Path(directory)
+    lock_file = directory / LOCK_NAME
+    key = os.path.realpath(lock_file)
+    pid = os.getpid()
+    with _mutex:
+        entry = _held.get(key)
+        if entry is not None and entry[2] == pid:
+            entry[1] += 1
+            return StoreLock(key, directory)
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder_pid(fd)
+            os.close(fd)
+            raise StoreLockedError(
+                f"{directory} is open for writing by process {holder} (lock file {lock_file}); "
+                "one writer at a time — close it there, or open read-only "
+                "(ReplayBuffer.create_from_path / read_only=True)"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{pid}\n".encode("ascii"), 0)
+        _held[key] = [fd, 1, pid]
+        return StoreLock(key, directory)

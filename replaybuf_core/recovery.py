@@ -1,0 +1,245 @@
+"""Recovery of a store left behind by an interrupted write (Ctrl-C, a killed job, a crash).
+
+One implementation, called by :class:`~replaybuf_core.ReplayBuffer` on every open (writable opens
+repair, read-only opens only look) and by ``replaybuf verify --repair``.
+
+What an interrupted write can leave, and what :func:`recover` does about it (zarr writes an array's
+``zarr.json`` — its new length — before the chunks, so every grow can be cut short after the length
+changed):
+
+* **interrupted append** — data arrays longer than ``meta/episode_ends[-1]``: the rows past it were
+  never committed.  Repair: shrink the arrays back (the backend's ``resize`` overwrites the tail of
+  the last partial chunk with the fill value, so a later grow cannot bring stale rows back).
+* **interrupted commit** — ``meta/episode_ends`` ending in a run of its fill value (replaybuf creates
+  it with ``fill_value=-1``): the length was written, the values were not.  Repair: drop those entries.
+* **interrupted rechunk/recompress swap** (:func:`~replaybuf_core.buffer.rechunk_array` writes
+  ``_temp.<name>``, renames ``<name>`` → ``_temp_old.<name>``, ``_temp.<name>`` → ``<name>``, then deletes
+  the backup): ``<name>`` missing and ``_temp_old.<name>`` present → rename the backup back (roll back);
+  a leftover ``_temp.<name>`` / ``_temp_old.<name>`` beside ``<name>`` → delete it.  Temp arrays are never
+  data keys.
+
+Everything else — ``data``/``meta``/``episode_ends`` missing, ``episode_ends`` not 1-D integer, negative
+or decreasing, a data array shorter than ``episode_ends[-1]`` — is a
+:class:`~replaybuf_core.errors.CorruptStoreError` naming the key and the numbers: never a silent repair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import CorruptStoreError, ReadOnlyError
+from .protocol import GROUPS, StorageBackend
+
+EPISODE_ENDS = "episode_ends"
+TMP_KEY = "_temp"
+#: fill value replaybuf gives ``meta/episode_ends``; a trailing run of it is an unfinished commit
+EPISODE_ENDS_FILL = -1
+
+
+def temp_names(name: str, tmp_key: str = TMP_KEY) -> tuple[str, str]:
+    """``(temp, backup)`` array names :func:`rechunk_array` uses while rewriting array ``name``."""
+    return f"{tmp_key}.{name}", f"{tmp_key}_old.{name}"
+
+
+def is_temp_name(name: str) -> bool:
+    """True for the names of rechunk temp arrays (``_temp.<x>``, ``_temp_old.<x>``, and the bare
+    ``_temp`` / ``_temp_old`` of older versions): they are reserved, never data keys."""
+    return name in (TMP_KEY, TMP_KEY + "_old") or name.startswith((TMP_KEY + ".", TMP_KEY + "_old."))
+
+
+@dataclass
+class RecoveryReport:
+    """What :func:`recover` found and (when ``applied``) did.
+
+    Attributes:
+        applied: True when the store was repaired (writable), False when only inspected (read-only).
+        episode_ends: int64 (n_episodes,) the committed cumulative step counts.
+        dropped_commits: trailing fill entries of ``meta/episode_ends`` (unfinished commit).
+        extra_rows: data key → rows past ``n_steps`` (an unfinished append).
+        restored: ``"group/name"`` arrays brought back from their rechunk backup.
+        deleted: ``"group/name"`` temp arrays deleted (or, read-only, to delete).
+        unresolved: anomalies left alone (a legacy ``_temp_old`` whose original name is unknown).
+        aliases: ``(group, name) → stored name`` for arrays still under their backup name (read-only).
+        hidden: ``(group, name)`` temp arrays hidden from listings.
+    """
+
+    applied: bool
+    episode_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    dropped_commits: int = 0
+    extra_rows: dict[str, int] = field(default_factory=dict)
+    restored: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    aliases: dict[tuple[str, str], str] = field(default_factory=dict)
+    hidden: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def n_episodes(self) -> int:
+        return int(self.episode_ends.size)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.episode_ends[-1]) if self.episode_ends.size else 0
+
+    @property
+    def clean(self) -> bool:
+        """True when the store needed nothing."""
+        return not (self.dropped_commits or self.extra_rows or self.restored or self.deleted
+                    or self.unresolved or self.hidden)
+
+    def messages(self) -> list[str]:
+        """One human-readable line per finding, in the tense of what happened."""
+        done = self.applied
+        out = []
+        for what in self.restored:
+            out.append(f"{what}: an interrupted rechunk had moved it aside; "
+                       + ("restored from its backup" if done else "read from its backup (read-only open)"))
+        for what in self.deleted:
+            out.append(f"{what}: leftover rechunk temp array " + ("deleted" if done else "hidden (read-only open)"))
+        for what in self.unresolved:
+            out.append(what)
+        if self.dropped_commits:
+            out.append(f"meta/episode_ends has {self.dropped_commits} trailing fill value(s) "
+                       f"({EPISODE_ENDS_FILL}) from an interrupted commit; they are "
+                       + ("dropped" if done else "hidden (read-only open)"))
+        for key, extra in sorted(self.extra_rows.items()):
+            out.append(f"data array {key!r} has {extra} steps past meta/episode_ends[-1]={self.n_steps} "
+                       "(an interrupted append); they are " + ("dropped" if done else "hidden (read-only open)"))
+        return out
+
+    def __str__(self) -> str:
+        return "; ".join(self.messages()) if not self.clean else "store is clean"
+
+
+def _fill_value(store: StorageBackend, group: str, name: str) -> Any:
+    fv = getattr(store, "fill_value", None)
+    if callable(fv):
+        return fv(group, name)
+    arr = store.get_array(group, name)
+    for attr in ("fill_value", "fillvalue"):  # zarr, h5py
+        if hasattr(arr, attr):
+            return getattr(arr, attr)
+    return None
+
+
+def _recover_swaps(store: StorageBackend, group: str, rep: RecoveryReport, apply: bool) -> None:
+    names = store.list_arrays(group)
+    present = set(names)
+    tmp_p, old_p = TMP_KEY + ".", TMP_KEY + "_old."
+    for n in names:  # backups first: a missing original is rolled back before temps are cleared
+        if n.startswith(old_p):
+            orig = n[len(old_p):]
+            if orig not in present:
+                rep.restored.append(f"{group}/{orig}")
+                if apply:
+                    store.rename_array(group, n, orig)
+                else:
+                    rep.aliases[(group, orig)] = n
+                    rep.hidden.add((group, n))
+                present.add(orig)
+                continue
+            rep.deleted.append(f"{group}/{n}")
+            if apply:
+                store.delete_array(group, n)
+            else:
+                rep.hidden.add((group, n))
+    for n in names:
+        if n.startswith(tmp_p) or n == TMP_KEY:
+            rep.deleted.append(f"{group}/{n}")
+            if apply:
+                store.delete_array(group, n)
+            else:
+                rep.hidden.add((group, n))
+        elif n == TMP_KEY + "_old":
+            rep.unresolved.append(f"{group}/{n}: a backup left by an older replaybuf's interrupted rechunk; "
+                                  "its original name is unknown — kept and hidden, rename it by hand")
+            rep.hidden.add((group, n))
+
+
+def _stored(rep: RecoveryReport, group: str, name: str) -> str:
+    return rep.aliases.get((group, name), name)
+
+
+def _load_episode_ends(store: StorageBackend, rep: RecoveryReport) -> np.ndarray:
+    name = _stored(rep, "meta", EPISODE_ENDS)
+    shape = tuple(store.shape("meta", name))
+    dtype = np.dtype(store.dtype("meta", name))
+    if len(shape) != 1:
+        raise CorruptStoreError(f"meta/episode_ends must be 1-D, has shape {shape}")
+    if dtype.kind not in "iu":
+        raise CorruptStoreError(f"meta/episode_ends must hold integers, has dtype {dtype}")
+    ends = np.asarray(store.read("meta", name, 0, shape[0]), dtype=np.int64).copy()
+    if ends.size and ends[-1] == EPISODE_ENDS_FILL:
+        fill = _fill_value(store, "meta", name)
+        if fill is not None and np.asarray(fill).size == 1 and int(np.asarray(fill)) == EPISODE_ENDS_FILL:
+            k = ends.size
+            while k and ends[k - 1] == EPISODE_ENDS_FILL:
+                k -= 1
+            rep.dropped_commits = int(ends.size - k)
+            ends = ends[:k].copy()
+    if ends.size:
+        neg = np.flatnonzero(ends < 0)
+        if neg.size:
+            i = int(neg[0])
+            raise CorruptStoreError(f"meta/episode_ends[{i}] is {ends[i]}, negative")
+        drops = np.flatnonzero(np.diff(ends) < 0)
+        if drops.size:
+            i = int(drops[0]) + 1
+            raise CorruptStoreError(
+                f"meta/episode_ends decreases at episode {i}: episode_ends[{i - 1}]={ends[i - 1]} > "
+                f"episode_ends[{i}]={ends[i]}"
+            )
+    return ends
+
+
+def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryReport:
+    """Check ``store`` against the replay-buffer layout and undo interrupted writes (see module doc).
+
+    Args:
+        store: an open :class:`~replaybuf_core.protocol.StorageBackend`.
+        apply: repair the store (default: when it is writable); False only inspects, and the report's
+            ``aliases``/``hidden``/``episode_ends`` let a reader present the committed content.
+
+    Returns:
+        A :class:`RecoveryReport`; ``report.episode_ends`` (int64 (n_episodes,)) is the committed state.
+
+    Raises:
+        CorruptStoreError: ``data``/``meta`` group or ``meta/episode_ends`` missing; ``episode_ends`` not
+            1-D integer, negative or decreasing; a data array shorter than ``episode_ends[-1]``
+            (message names the key and both numbers).
+        ReadOnlyError: ``apply=True`` on a read-only store.
+    """
+    apply = (not store.read_only) if apply is None else bool(apply)
+    if apply and store.read_only:
+        raise ReadOnlyError("recover(apply=True) needs a writable store; open it writable")
+    rep = RecoveryReport(applied=apply)
+    for group in GROUPS:
+        if not store.has_group(group):
+            raise CorruptStoreError(f"the store has no {group!r} group")
+    for group in GROUPS:
+        _recover_swaps(store, group, rep, apply)
+    if not store.has_array("meta", _stored(rep, "meta", EPISODE_ENDS)):
+        raise CorruptStoreError("the store has no 'meta/episode_ends' array")
+    ends = _load_episode_ends(store, rep)
+    n = int(ends[-1]) if ends.size else 0
+    keys = [k for k in store.list_arrays("data") if not is_temp_name(k)]
+    keys += [name for (g, name) in rep.aliases if g == "data"]
+    for key in sorted(set(keys)):
+        shape = tuple(store.shape("data", _stored(rep, "data", key)))
+        rows = shape[0] if shape else 0
+        if rows < n:
+            raise CorruptStoreError(f"data array {key!r} has {rows} rows but meta/episode_ends[-1] is {n}")
+        if rows > n:
+            rep.extra_rows[key] = rows - n
+    if apply:
+        if rep.dropped_commits:
+            store.resize("meta", EPISODE_ENDS, ends.size)
+        for key in rep.extra_rows:
+            store.resize("data", key, n)
+        if not rep.clean:
+            store.flush()
+    rep.episode_ends = ends
+    return rep

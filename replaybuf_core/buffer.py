@@ -734,7 +734,8 @@ class ReplayBuffer:
 
     def read_ranges(self, key: str, starts, stops) -> list[np.ndarray]:
         """Rows ``[starts[i], stops[i])`` of data ``key`` for every i (one ndarray each), served by the
-        backend's batched reader when it has one.
+        backend's batched reader when it has one.  The arrays may be read-only views of the backend's
+        cache or memory: copy one before writing to it.
 
         Raises:
             KeyError: unknown key.  ValueError: ranges outside ``[0, n_steps]`` or lengths differ.

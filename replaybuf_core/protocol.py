@@ -130,8 +130,9 @@ class StorageBackend(Protocol):
     def read_ranges(
         self, group: str, name: str, starts: Sequence[int], stops: Sequence[int]
     ) -> list[np.ndarray]:
-        """Many row ranges at once (one ndarray per range).  Backends without
-        ``"batched_read"`` may implement it as a loop over :meth:`read`."""
+        """Many row ranges at once (one ndarray per range; may be read-only views of cached or
+        in-memory data — callers copy before writing).  Backends without ``"batched_read"`` may
+        implement it as a loop over :meth:`read`."""
 
     def get_attrs(self, group: str) -> dict[str, Any]: ...
 

@@ -294,15 +294,31 @@ class SequenceSampler:
     # -------------------------------------------------------------- assembling
     def _assemble(self, key: str, rows: np.ndarray, n_read: np.ndarray, chunks: list, arr_like) -> np.ndarray:
         """Build the (B, S, *trailing) array of ``key``; ``chunks`` holds one array per window
-        with ``n_read > 0``, in order."""
-        b = rows.shape[0]
+        with ``n_read > 0``, in order.
+
+        Vectorised: every slot gathers stored row ``clip(slot - sample_start, 0, n_read - 1)`` of its
+        window (edge padding is exactly that clamp), then "zero" pads and unread ``key_first_k`` slots
+        are overwritten — one gather per key instead of a Python loop over windows."""
+        b, s = rows.shape[0], self.sequence_length
         dtype = np.dtype(arr_like.dtype)
-        out = np.empty((b, self.sequence_length) + tuple(arr_like.shape[1:]), dtype=dtype)
-        k = self.key_first_k.get(key, self.sequence_length)
-        it = iter(chunks)
-        for j, (_, _, ss, se) in enumerate(rows.tolist()):
-            chunk = next(it) if n_read[j] > 0 else None
-            self._fill_window(out[j], k, ss, se, chunk, dtype)
+        out = np.empty((b, s) + tuple(arr_like.shape[1:]), dtype=dtype)
+        k = self.key_first_k.get(key, s)
+        slots = np.arange(s, dtype=np.int64)
+        ss = rows[:, 2:3]
+        sel = n_read > 0
+        if chunks and k > 0:
+            flat = np.concatenate(chunks) if len(chunks) > 1 else np.asarray(chunks[0])
+            offsets = np.cumsum(n_read) - n_read
+            rel = np.minimum(np.maximum(slots[None, :k] - ss, 0), np.maximum(n_read[:, None] - 1, 0))
+            gather = (offsets[:, None] + rel)[sel]
+            if sel.all():
+                out[:, :k] = flat[gather]
+            else:
+                out[sel, :k] = flat[gather]
+        if self.pad_mode == "zero":
+            out[self._pad_flags(rows) & (slots[None, :] < k)] = _pad_value(dtype)
+        if k < s:
+            out[:, k:] = _unread_value(dtype)
         return out
 
     def _pad_flags(self, rows: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ import zarr
 
 from .chunk_cache import ChunkCache
 
-MAX_UINT_64 = np.uint64(2**64 - 1)
+_EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 
 
 def _bytes_decoder(codec: Any) -> Callable[[bytes], bytes] | None:
@@ -187,7 +187,11 @@ class ChunkReader:
         self._cache_id = cache_id
         self._decode = decode
         self._shard = shard  # {"shape", "index_size", "at_end", "crc"}
-        self._index_cache: dict[tuple[int, ...], np.ndarray | None] = {}
+        self._index_cache: dict[tuple[int, ...], list | None] = {}
+        self._keys: dict[tuple[int, ...], str] = {}
+        if shard is not None:
+            per = shard["per_shard"]
+            shard["strides"] = tuple(int(np.prod(per[i + 1:], dtype=np.int64)) for i in range(len(per)))
         self._inner_grid = tuple(-(-s // c) for s, c in zip(self.shape[1:], chunk_shape[1:]))
         self._inner_coords = list(np.ndindex(*self._inner_grid)) if self._inner_grid else [()]
         self._pinned: np.ndarray | None = None
@@ -196,35 +200,45 @@ class ChunkReader:
     def _fill_chunk(self) -> np.ndarray:
         return np.full(self.chunk_shape, self.fill_value, dtype=self.dtype)
 
-    def _shard_index(self, shard_coords: tuple[int, ...]) -> np.ndarray | None:
+    def _key(self, coords: tuple[int, ...]) -> str:
+        key = self._keys.get(coords)
+        if key is None:
+            key = self._keys[coords] = self._prefix + self._meta.encode_chunk_key(coords)
+        return key
+
+    def _shard_index(self, shard_coords: tuple[int, ...]) -> list | None:
+        """The shard's index as a flat list of ``[offset, nbytes]`` (C order of the inner chunks),
+        read once per shard; None when the shard does not exist."""
         idx = self._index_cache.get(shard_coords, False)
         if idx is not False:
             return idx
         sh = self._shard
-        key = self._prefix + self._meta.encode_chunk_key(shard_coords)
+        key = self._key(shard_coords)
         n = sh["index_size"]
         raw = self._fetch.get_tail(key, n) if sh["at_end"] else self._fetch.get_range(key, 0, n)
         if raw is None or len(raw) < n:
             idx = None
         else:
             body = raw[:-4] if sh["crc"] else raw
-            idx = np.frombuffer(body, dtype="<u8").reshape(sh["per_shard"] + (2,))
+            idx = np.frombuffer(body, dtype="<u8").reshape(-1, 2).tolist()
         self._index_cache[shard_coords] = idx
         return idx
 
     def _raw_chunk(self, coords: tuple[int, ...]) -> bytes | None:
         if self._shard is None:
-            return self._fetch.get(self._prefix + self._meta.encode_chunk_key(coords))
+            return self._fetch.get(self._key(coords))
         per = self._shard["per_shard"]
         shard_coords = tuple(c // p for c, p in zip(coords, per))
         idx = self._shard_index(shard_coords)
         if idx is None:
             return None
-        offset, nbytes = idx[tuple(c % p for c, p in zip(coords, per))]
-        if offset == MAX_UINT_64:
+        local = 0
+        for c, p, stride in zip(coords, per, self._shard["strides"]):
+            local += (c % p) * stride
+        offset, nbytes = idx[local]
+        if offset == _EMPTY:
             return None
-        key = self._prefix + self._meta.encode_chunk_key(shard_coords)
-        return self._fetch.get_range(key, int(offset), int(offset + nbytes))
+        return self._fetch.get_range(self._key(shard_coords), offset, offset + nbytes)
 
     def chunk(self, coords: tuple[int, ...]) -> np.ndarray:
         """The decoded chunk at grid ``coords`` (fill values when it was never written)."""
@@ -234,6 +248,7 @@ class ChunkReader:
             return hit
         raw = self._raw_chunk(coords)
         out = self._fill_chunk() if raw is None else self._decode(raw)
+        out.flags.writeable = False
         self._cache.put(ckey, out)
         return out
 
@@ -241,7 +256,9 @@ class ChunkReader:
     def pin(self) -> None:
         """Load the whole array into memory; later reads never touch the store."""
         self._pinned = None
-        self._pinned = self.read(0, self.shape[0])
+        pinned = self.read(0, self.shape[0])
+        pinned.flags.writeable = False
+        self._pinned = pinned
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` (``0 <= start <= stop <= shape[0]``) as a new ndarray."""
@@ -295,15 +312,17 @@ class ChunkReader:
             else:
                 decoded = [self._decode_or_fill(r) for r in raws]
             for c, d in zip(missing, decoded):
+                d.flags.writeable = False  # cached and handed out as views
                 out[c] = d
                 self._cache.put((self._cache_id, c), d)
         return out
 
     def read_ranges(self, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:
         """Many row ranges at once: every chunk touched is fetched and decoded once (in parallel
-        when many), then each range is cut out of the decoded chunks."""
+        when many), then each range is cut out of the decoded chunks.  A range inside one chunk is
+        returned as a read-only view of the cached chunk (no copy); copy before writing to it."""
         if self._pinned is not None:
-            return [self._pinned[a:b].copy() for a, b in zip(starts, stops)]
+            return [self._pinned[a:b] for a, b in zip(starts, stops)]
         starts = [int(a) for a in starts]
         stops = [int(b) for b in stops]
         c0 = self.chunk_shape[0]
@@ -312,6 +331,13 @@ class ChunkReader:
         simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
         out = []
         for a, b in zip(starts, stops):
+            if b > a and simple and a // c0 == (b - 1) // c0:  # within one chunk: a read-only view
+                t = a // c0
+                ch = got[(t,) + self._inner_coords[0]]
+                if len(self.shape) > 1 and ch.shape[1:] != self.shape[1:]:
+                    ch = ch[(slice(None),) + tuple(slice(0, s) for s in self.shape[1:])]
+                out.append(ch[a - t * c0: b - t * c0])
+                continue
             arr = np.empty((b - a,) + self.shape[1:], dtype=self.dtype)
             if b > a and simple:
                 inner = self._inner_coords[0]

@@ -93,6 +93,8 @@ class _Fetcher:
     def __init__(self, store: Any):
         from zarr.storage import LocalStore, MemoryStore
 
+        self._fds: dict[str, int] = {}
+        self._pid = os.getpid()
         if isinstance(store, LocalStore):
             self.kind = "local"
             self.root = str(store.root)
@@ -101,8 +103,6 @@ class _Fetcher:
             self.mapping = store._store_dict
         else:
             raise TypeError("unsupported store")
-        self._fds: dict[str, int] = {}
-        self._pid = os.getpid()
 
     def _fd(self, key: str) -> int | None:
         if self._pid != os.getpid():  # forked: the parent's descriptors are not ours to keep

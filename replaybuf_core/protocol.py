@@ -20,6 +20,8 @@ Optional methods, called only when present (``getattr(store, name, None)``):
 ``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)
 ``lock_path() -> path | None``        directory where writable opens take the writer lock
                                       (:mod:`replaybuf_core.locking`); None: no lock
+``remove_debris(group) -> list[str]`` delete leftovers of a killed writer that are not arrays
+                                      (half-deleted directories, partial files); called on recovery
 ``fill_value(group, name)``           an array's fill value (else read from the native array's
                                       ``fill_value``/``fillvalue``; :mod:`replaybuf_core.recovery`)
 ``stored_bytes(group, name) -> int | None``  bytes on storage for one array (``replaybuf info``)

@@ -159,6 +159,25 @@ def _recover_swaps(store: StorageBackend, group: str, rep: RecoveryReport, apply
             rep.hidden.add((group, n))
 
 
+def unfinished_commits(store: StorageBackend, ends: np.ndarray, name: str = EPISODE_ENDS) -> int:
+    """Length of the trailing run of ``-1`` in ``ends`` (int64 (n,), the values of ``meta/<name>``)
+    when that array's fill value is ``-1``: entries whose length was committed but whose values were
+    never written (an interrupted commit).  0 otherwise."""
+    ends = np.asarray(ends)
+    if not ends.size or ends[-1] != EPISODE_ENDS_FILL:
+        return 0
+    fill = _fill_value(store, "meta", name)
+    try:
+        if fill is None or int(np.asarray(fill).reshape(-1)[0]) != EPISODE_ENDS_FILL:
+            return 0
+    except (TypeError, ValueError, IndexError):
+        return 0
+    k = ends.size
+    while k and ends[k - 1] == EPISODE_ENDS_FILL:
+        k -= 1
+    return int(ends.size - k)
+
+
 def _stored(rep: RecoveryReport, group: str, name: str) -> str:
     return rep.aliases.get((group, name), name)
 
@@ -172,14 +191,8 @@ def _load_episode_ends(store: StorageBackend, rep: RecoveryReport) -> np.ndarray
     if dtype.kind not in "iu":
         raise CorruptStoreError(f"meta/episode_ends must hold integers, has dtype {dtype}")
     ends = np.asarray(store.read("meta", name, 0, shape[0]), dtype=np.int64).copy()
-    if ends.size and ends[-1] == EPISODE_ENDS_FILL:
-        fill = _fill_value(store, "meta", name)
-        if fill is not None and np.asarray(fill).size == 1 and int(np.asarray(fill)) == EPISODE_ENDS_FILL:
-            k = ends.size
-            while k and ends[k - 1] == EPISODE_ENDS_FILL:
-                k -= 1
-            rep.dropped_commits = int(ends.size - k)
-            ends = ends[:k].copy()
+    rep.dropped_commits = unfinished_commits(store, ends, name)
+    ends = ends[: ends.size - rep.dropped_commits].copy()
     if ends.size:
         neg = np.flatnonzero(ends < 0)
         if neg.size:
@@ -219,6 +232,10 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
     for group in GROUPS:
         if not store.has_group(group):
             raise CorruptStoreError(f"the store has no {group!r} group")
+    debris = getattr(store, "remove_debris", None)
+    if apply and callable(debris):  # half-deleted arrays would block a later rename to their name
+        for group in GROUPS:
+            rep.deleted.extend(f"{group}/{name} (debris)" for name in debris(group))
     for group in GROUPS:
         _recover_swaps(store, group, rep, apply)
     if not store.has_array("meta", _stored(rep, "meta", EPISODE_ENDS)):
@@ -243,3 +260,32 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
             store.flush()
     rep.episode_ends = ends
     return rep
+
+
+def repair(path_or_store: Any, backend: str | None = None) -> RecoveryReport:
+    """Open the store at ``path_or_store`` (a path or native root) writable, taking the writer lock
+    when it is a local directory, run :func:`recover` on it and close it: what
+    ``replaybuf verify --repair`` does.
+
+    Raises:
+        StoreLockedError: another process is writing to the store.
+        CorruptStoreError: damage recovery does not repair (see :func:`recover`).
+        FileNotFoundError / BackendNotFoundError: nothing to open.
+    """
+    import os
+
+    from . import locking, registry
+
+    obj = os.path.expanduser(os.fspath(path_or_store)) if isinstance(path_or_store, (str, os.PathLike)) \
+        else path_or_store
+    store = registry.open_backend(obj, backend=backend, read_only=False)
+    lock_dir = locking.lock_dir_of(store)
+    lock = locking.acquire(lock_dir) if lock_dir is not None else None
+    try:
+        return recover(store, apply=True)
+    finally:
+        try:
+            store.close()
+        finally:
+            if lock is not None:
+                lock.release()

@@ -102,6 +102,14 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
             except Exception as exc:  # noqa: BLE001 - report, do not crash
                 err("meta/episode_ends", f"meta/episode_ends does not decode: {type(exc).__name__}: {exc}")
             if ends is not None:
+                from .recovery import unfinished_commits
+
+                k = unfinished_commits(store, ends)
+                if k:
+                    note("meta/episode_ends", f"meta/episode_ends ends in {k} fill value(s) (-1) of an interrupted "
+                                              "commit: hidden on read-only opens, dropped on writable ones "
+                                              "(replaybuf verify --repair)")
+                    ends = ends[: ends.size - k]
                 neg = np.flatnonzero(ends < 0)
                 if neg.size:
                     i = int(neg[0])

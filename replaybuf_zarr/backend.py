@@ -303,6 +303,27 @@ class ZarrBackend:
     def flush(self):
         pass
 
+    def remove_debris(self, group: str) -> list[str]:
+        """Delete what a killed process leaves in ``group``'s directory on a ``LocalStore``:
+        subdirectories that are no zarr node (an array whose deletion was cut short after its
+        ``zarr.json`` went) and ``*.partial`` files of zarr's atomic writes.  Returns the removed
+        names; [] for other stores.  Only for writers holding the store's writer lock."""
+        self._check_writable()
+        local = _local_root(self._root.store)
+        if local is None:
+            return []
+        g = self._group(group)
+        base = local / g.path if g.path else local
+        removed = []
+        for entry in sorted(base.iterdir()) if base.is_dir() else []:
+            if entry.is_dir() and not any((entry / m).exists() for m in ("zarr.json", ".zarray", ".zgroup")):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+            elif entry.is_file() and entry.name.endswith(".partial"):
+                entry.unlink(missing_ok=True)
+                removed.append(entry.name)
+        return removed
+
     def lock_path(self) -> Path | None:
         """The directory of a ``LocalStore`` root (where the writer lock goes), else None."""
         return _local_root(self._root.store)

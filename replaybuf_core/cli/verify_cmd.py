@@ -9,12 +9,21 @@ def register(sub) -> None:
                                    "zarr, that no chunk/shard file is missing); NaN/inf are notes.  Exit 0 "
                                    "when clean, 1 when an error was found.")
     p.add_argument("path", metavar="PATH", help="store to check (opened read-only)")
+    p.add_argument("--repair", action="store_true",
+                   help="first undo interrupted writes (open writable, take the writer lock; see "
+                        "replaybuf_core.recovery) and say what was done, then verify")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..verify import verify_store
 
+    if getattr(args, "repair", False):
+        from ..recovery import repair
+
+        report = repair(args.path)
+        for line in report.messages() or ["repair: nothing to do"]:
+            print(f"REPAIRED: {line}" if not report.clean else line)
     problems = verify_store(args.path)
     errors = [p for p in problems if p.level == "error"]
     for p in problems:

@@ -1,0 +1,217 @@
+"""Fault injection: kill a writing process with SIGKILL at a random moment, then check the store.
+
+Used by ``tests/test_crash_safety.py`` (a few kills per kind) and ``benchmarks/soak.py`` (many).  The
+child is ``python -m replaybuf_core.testing.crash KIND PATH``: it opens the LocalStore buffer at PATH,
+prints ``ready``, then repeats one operation forever, printing ``done <n_episodes>`` after each call
+returns.  The parent kills it after a random delay and checks (:func:`run_trial`) that the store opens,
+that every committed episode is bit-exact (episode ``i`` is :func:`episode`\\ ``(i)``, so the parent can
+rebuild it), that at most the episode in flight is missing, and that appending continues.
+
+Kinds: ``add_episode``, ``writer`` (``EpisodeWriter``), ``drop_episode``, ``pop_episode``,
+``set_chunks``, ``set_compressors``, ``rechunk_recompress`` (``replaybuf_zarr.rechunk_recompress_array``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..buffer import ReplayBuffer
+from ..recovery import is_temp_name
+
+KINDS = ("add_episode", "writer", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
+         "rechunk_recompress")
+APPEND_KINDS = ("add_episode", "writer")
+SHRINK_KINDS = ("drop_episode", "pop_episode")
+KEYS = ("action", "img", "label", "obs")
+CHUNKS = {"obs": (8, 4), "action": (8, 2), "img": (8, 6, 6, 3), "label": (8,)}
+#: the parent tops a store up to this many episodes before a shrink trial, trims it past MAX_EPISODES
+MIN_EPISODES, MAX_EPISODES = 40, 300
+
+
+def episode(i: int) -> dict[str, np.ndarray]:
+    """Episode ``i`` of the fault-injection buffers, a pure function of ``i``: 3..13 steps of ``obs``
+    float32 (T, 4), ``action`` int64 (T, 2), ``img`` uint8 (T, 6, 6, 3), ``label`` str (T,)."""
+    n = 3 + (i * 7) % 11
+    rng = np.random.default_rng(i)
+    return {
+        "obs": rng.standard_normal((n, 4)).astype(np.float32),
+        "action": rng.integers(-2**40, 2**40, size=(n, 2), dtype=np.int64),
+        "img": rng.integers(0, 256, size=(n, 6, 6, 3), dtype=np.uint8),
+        "label": np.array([f"ep{i}-step{t}-é" for t in range(n)], dtype=object),
+    }
+
+
+def expected_steps(n_episodes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(episode_ends int64 (n,), key → concatenated rows) of episodes ``0..n-1``."""
+    eps = [episode(i) for i in range(n_episodes)]
+    ends = np.cumsum([len(e["obs"]) for e in eps], dtype=np.int64)
+    data = {k: (np.concatenate([e[k] for e in eps]) if eps else episode(0)[k][:0]) for k in KEYS}
+    return ends, data
+
+
+def create(path: str | os.PathLike, n_episodes: int = MIN_EPISODES) -> None:
+    """A fresh LocalStore buffer at ``path`` holding episodes ``0..n_episodes-1`` (chunks of 8 rows)."""
+    with ReplayBuffer.create_empty("zarr", os.fspath(path)) as rb:
+        for i in range(n_episodes):
+            rb.add_episode(episode(i), chunks=CHUNKS)
+
+
+# ---------------------------------------------------------------------------------------------- child
+def _child(kind: str, path: str) -> None:  # pragma: no cover - runs in a subprocess
+    rb = ReplayBuffer(path)
+    out = sys.stdout
+    out.write("ready\n")
+    out.flush()
+    j = 0
+    if kind == "add_episode":
+        while rb.n_episodes < MAX_EPISODES + 100:
+            rb.add_episode(episode(rb.n_episodes))
+            out.write(f"done {rb.n_episodes}\n")
+            out.flush()
+    elif kind == "writer":
+        with rb.writer() as w:
+            i = rb.n_episodes
+            while i < MAX_EPISODES + 100:
+                w.add_episode(episode(i))
+                i += 1
+                out.write(f"done {rb.n_episodes}\n")  # committed so far (staged ones are in flight)
+                out.flush()
+    elif kind in SHRINK_KINDS:
+        while rb.n_episodes > 1:
+            if kind == "pop_episode":
+                n = rb.n_episodes
+                ep = rb.pop_episode()
+                assert all(np.array_equal(ep[k], episode(n - 1)[k]) for k in ("obs", "action", "img"))
+            else:
+                rb.drop_episode()
+            out.write(f"done {rb.n_episodes}\n")
+            out.flush()
+    elif kind in ("set_chunks", "set_compressors", "rechunk_recompress"):
+        from replaybuf_zarr.rechunk import rechunk_recompress_array
+
+        while True:
+            c = (4, 16, 8)[j % 3]
+            preset = ("disk", None, "default")[j % 3]
+            if kind == "set_chunks":
+                rb.set_chunks({k: (c,) + tuple(rb.store.shape("data", k)[1:]) for k in KEYS})
+            elif kind == "set_compressors":
+                rb.set_compressors({"obs": preset, "action": preset, "img": preset})
+            else:
+                for k in ("obs", "img", "label"):
+                    rechunk_recompress_array(rb.data, k, chunk_length=c,
+                                             compressor=preset if k != "label" else None)
+            j += 1
+            out.write(f"done {rb.n_episodes}\n")
+            out.flush()
+    else:
+        raise SystemExit(f"unknown kind {kind!r}")
+    out.write("exhausted\n")
+    out.flush()
+    time.sleep(60)
+
+
+# --------------------------------------------------------------------------------------------- parent
+@dataclass
+class TrialResult:
+    """One kill: ``clean_open`` (the store opened and held exactly the committed episodes, bit-exact,
+    and an append succeeded), ``lost`` (committed episodes missing beyond the one in flight),
+    ``done`` (calls that returned before the kill), ``error`` (what went wrong, if anything)."""
+
+    kind: str
+    clean_open: bool
+    lost: int
+    done: int
+    error: str | None = None
+
+
+def _open_quiet(path: str, **kw) -> ReplayBuffer:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the recovery warning is expected after a kill
+        return ReplayBuffer(path, **kw)
+
+
+def _check_content(rb: ReplayBuffer, n: int) -> str | None:
+    ends, data = expected_steps(n)
+    if rb.n_episodes != n:
+        return f"{rb.n_episodes} episodes, expected {n}"
+    if not np.array_equal(rb.episode_ends, ends):
+        return "episode_ends differ from the committed episodes"
+    if sorted(rb.keys()) != sorted(KEYS) or any(is_temp_name(k) for k in rb.store.list_arrays("data")):
+        return f"data keys are {rb.store.list_arrays('data')}"
+    got = rb.get_steps_slice(None, None, copy=True)
+    for k in KEYS:
+        a, e = got[k], data[k]
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return f"{k}: {a.shape} {a.dtype} != {e.shape} {e.dtype}"
+        if (a.tolist() != e.tolist()) if e.dtype == object else (a.tobytes() != e.tobytes()):
+            return f"{k}: content differs"
+    return None
+
+
+def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_delay: float = 0.25,
+              timeout: float = 60.0) -> TrialResult:
+    """Run the ``kind`` child on the buffer at ``path`` (created by :func:`create`), SIGKILL it after
+    ``rng.uniform(0, max_delay)`` seconds of work, then reopen and check (see module doc)."""
+    path = os.fspath(path)
+    with _open_quiet(path) as rb:  # bring the store to a state the trial can work on
+        if kind in SHRINK_KINDS:
+            while rb.n_episodes < MIN_EPISODES:
+                rb.add_episode(episode(rb.n_episodes))
+        while rb.n_episodes > MAX_EPISODES:
+            rb.drop_episode()
+        before = rb.n_episodes
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "replaybuf_core.testing.crash", kind, path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = proc.stdout.readline().strip()
+        if first != "ready":
+            proc.kill()
+            _, err = proc.communicate(timeout=timeout)
+            return TrialResult(kind, False, 0, 0, f"child failed to start: {first!r} {err[-500:]}")
+        time.sleep(float(rng.uniform(0.0, max_delay)))
+        proc.send_signal(signal.SIGKILL)
+        rest, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = rest.split()
+    dones = [int(x) for a, x in zip(lines, lines[1:]) if a == "done"]
+    if "Traceback" in err:
+        return TrialResult(kind, False, 0, len(dones), f"child raised: {err[-800:]}")
+    committed = dones[-1] if dones else before
+    try:
+        rb = _open_quiet(path)
+    except Exception as exc:  # noqa: BLE001 - a failed open is the result
+        return TrialResult(kind, False, committed, len(dones), f"open failed: {type(exc).__name__}: {exc}")
+    with rb:
+        n = rb.n_episodes
+        if kind in APPEND_KINDS:
+            lost = max(0, committed - n)
+            ok_range = committed <= n <= committed + (1 if kind == "add_episode" else MAX_EPISODES + 100)
+        elif kind in SHRINK_KINDS:
+            lost = max(0, (committed - 1) - n)
+            ok_range = committed - 1 <= n <= committed
+        else:
+            lost = max(0, before - n)
+            ok_range = n == before
+        problem = None if ok_range else f"{n} episodes after the kill; {committed} committed"
+        problem = problem or _check_content(rb, n)
+        if problem is None:  # appending continues
+            rb.add_episode(episode(n))
+            problem = _check_content(rb, n + 1)
+    return TrialResult(kind, problem is None, lost, len(dones), problem)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _child(sys.argv[1], sys.argv[2])

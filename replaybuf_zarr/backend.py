@@ -31,6 +31,7 @@ from replaybuf_core.protocol import (
 
 from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .chunk_reader import ChunkReader, make_reader
+from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
 
 
@@ -64,6 +65,7 @@ class ZarrBackend:
         self.capabilities = frozenset(caps)
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._readers: dict[tuple[str, str], ChunkReader | None] = {}
+        self._writers: dict[tuple[str, str], ChunkWriter | None] = {}
         self._cache = ChunkCache(DEFAULT_CACHE_BYTES)
         self._reader_ids = itertools.count()
         self.codecs_equal = codecs_equal
@@ -100,6 +102,7 @@ class ZarrBackend:
     def _invalidate(self, group: str, name: str) -> None:
         self._arrays.pop((group, name), None)
         self._readers.pop((group, name), None)
+        self._writers.pop((group, name), None)
 
     # -- groups ---------------------------------------------------------------------------------
     @property
@@ -265,6 +268,12 @@ class ZarrBackend:
         if start < 0 or stop > arr.shape[0]:
             raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {arr.shape[0]}")
         self._readers.pop((group, name), None)  # its cached chunks are stale now
+        key = (group, name)
+        if key not in self._writers:
+            self._writers[key] = make_writer(arr)
+        writer = self._writers[key]
+        if writer is not None and writer.write(start, values):
+            return
         arr[start:stop] = values
 
     def read(self, group, name, start, stop, step=None):

@@ -143,7 +143,20 @@ class ZarrBackend:
 
     # -- arrays ---------------------------------------------------------------------------------
     def list_arrays(self, group: str) -> list[str]:
-        return sorted(name for name, _ in self._group(group).arrays())
+        g = self._group(group)
+        try:
+            return sorted(name for name, _ in g.arrays())
+        except (KeyError, FileNotFoundError):
+            raise
+        except Exception as exc:  # one member's metadata is unreadable: name it
+            for name in sync(_collect(g.store.list_dir(g.path))):
+                try:
+                    g[name]
+                except KeyError:
+                    continue
+                except Exception as member_exc:  # noqa: BLE001
+                    raise _node_error(group, name, member_exc) from member_exc
+            raise _node_error(group, "?", exc) from exc
 
     def has_array(self, group: str, name: str) -> bool:
         if (group, name) in self._arrays:
@@ -161,6 +174,8 @@ class ZarrBackend:
             arr = self._group(group)[name]
         except KeyError:
             raise KeyError(f"no array {group}/{name} in the zarr store") from None
+        except (ValueError, TypeError, RuntimeError) as exc:
+            raise _node_error(group, name, exc) from exc
         if not isinstance(arr, zarr.Array):
             raise KeyError(f"{group}/{name} is a group, not an array")
         self._arrays[(group, name)] = arr
@@ -341,6 +356,20 @@ class ZarrBackend:
         store = self._root.store
         if type(store).__name__ == "ZipStore":
             store.close()
+
+
+def _node_error(group: str, name: str, exc: Exception) -> Exception:
+    """A CorruptStoreError naming ``group/name`` for metadata zarr cannot load (unknown codec,
+    malformed ``zarr.json``)."""
+    from replaybuf_core.errors import CorruptStoreError
+
+    if type(exc).__name__ == "UnknownCodecError" or "codec" in str(exc).lower():
+        return CorruptStoreError(
+            f"{group}/{name}: its zarr.json names a codec this installation does not know ({exc}); "
+            "install the package that registers it (numcodecs / imagecodecs, or the replaybuf plugin "
+            "that wrote the store, e.g. the WebP codec's) and open it again")
+    return CorruptStoreError(f"{group}/{name}: its zarr metadata (zarr.json) cannot be read: "
+                             f"{type(exc).__name__}: {exc}")
 
 
 def rename_member(g: zarr.Group, src: str, dst: str) -> None:

@@ -66,6 +66,7 @@ class ZarrBackend:
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._readers: dict[tuple[str, str], ChunkReader | None] = {}
         self._writers: dict[tuple[str, str], ChunkWriter | None] = {}
+        self._listing: dict[str, list[str]] = {}
         self._cache = ChunkCache(DEFAULT_CACHE_BYTES)
         self._reader_ids = itertools.count()
         self.codecs_equal = codecs_equal
@@ -100,6 +101,7 @@ class ZarrBackend:
         return True
 
     def _invalidate(self, group: str, name: str) -> None:
+        self._listing.pop(group, None)
         self._arrays.pop((group, name), None)
         self._readers.pop((group, name), None)
         self._writers.pop((group, name), None)
@@ -143,9 +145,14 @@ class ZarrBackend:
 
     # -- arrays ---------------------------------------------------------------------------------
     def list_arrays(self, group: str) -> list[str]:
+        cached = self._listing.get(group)
+        if cached is not None:  # dropped by every create / delete / rename through this backend
+            return list(cached)
         g = self._group(group)
         try:
-            return sorted(name for name, _ in g.arrays())
+            names = sorted(name for name, _ in g.arrays())
+            self._listing[group] = names
+            return list(names)
         except (KeyError, FileNotFoundError):
             raise
         except Exception as exc:  # one member's metadata is unreadable: name it

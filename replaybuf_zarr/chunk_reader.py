@@ -265,17 +265,23 @@ class ChunkReader:
         if self._pinned is not None:
             return self._pinned[start:stop].copy()
         out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
+        if stop > start:
+            c0 = self.chunk_shape[0]
+            coords = [(t,) + inner for t in range(start // c0, (stop - 1) // c0 + 1) for inner in self._inner_coords]
+            if len(coords) >= PARALLEL_DECODE_MIN:
+                self._read_into(out, start, stop, self.chunks(coords))  # decoded in parallel
+                return out
         self._read_into(out, start, stop)
         return out
 
-    def _read_into(self, out: np.ndarray, start: int, stop: int) -> None:
+    def _read_into(self, out: np.ndarray, start: int, stop: int, got: dict | None = None) -> None:
         if stop <= start:
             return
         c0 = self.chunk_shape[0]
         for t in range(start // c0, (stop - 1) // c0 + 1):
             lo, hi = max(start, t * c0), min(stop, (t + 1) * c0)
             for inner in self._inner_coords:
-                ch = self.chunk((t,) + inner)
+                ch = got[(t,) + inner] if got is not None else self.chunk((t,) + inner)
                 dst = [slice(lo - start, hi - start)]
                 src = [slice(lo - t * c0, hi - t * c0)]
                 for ax, i in enumerate(inner, start=1):

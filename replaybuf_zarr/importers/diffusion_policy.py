@@ -63,6 +63,7 @@ from replaybuf_core.codec_names import describe_codec
 from replaybuf_core.compressors import resolve_compressor
 from replaybuf_core.copying import copy_array
 from replaybuf_core.errors import CorruptStoreError
+from replaybuf_core.prefetch import prefetch
 
 from ..backend import ZarrEntrypoint
 from ..codecs import WebPCodec
@@ -424,7 +425,8 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
 
             bar = tqdm(total=n_ep, unit="episode", desc=f"importing {src_path.name}")
         try:
-            with rb.writer() as w:
+            def episodes():
+                # runs in a prefetch thread: source decoding overlaps with destination encoding
                 start = 0
                 for ep in range(n_ep):
                     stop = int(ends[ep])
@@ -441,8 +443,12 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
                         if not p.lossy:
                             digests[key].append(_digest(x))
                         episode[key] = x
-                    w.add_episode(episode)
+                    yield episode
                     start = stop
+
+            with rb.writer() as w:
+                for episode in prefetch(episodes(), depth=2):
+                    w.add_episode(episode)
                     if bar is not None:
                         bar.update(1)
         finally:

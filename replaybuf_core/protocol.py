@@ -170,3 +170,16 @@ class BackendEntrypoint:
         ``store=None`` means the backend's in-memory default.  ``if_exists``: ``"replace"`` clears an
         existing root, ``"append"`` keeps what is there, ``"raise"`` raises ``FileExistsError``."""
         raise NotImplementedError
+
+
+def check_row_region(group: str, name: str, n_rows: int, start: int, n: int) -> int:
+    """Return ``stop = start + n`` for a write of ``n`` rows at ``start`` into ``group/name`` of
+    ``n_rows`` rows — the rows must exist (backends call this in ``write``).
+
+    Raises:
+        IndexError: ``start < 0`` or ``stop > n_rows`` (names the array and the rows).
+    """
+    stop = start + n
+    if start < 0 or stop > n_rows:
+        raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {n_rows}")
+    return stop

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.errors import ReadOnlyError
-from replaybuf_core.protocol import GROUPS, BackendEntrypoint
+from replaybuf_core.protocol import GROUPS, BackendEntrypoint, check_row_region
 
 
 def _zeros(shape: tuple[int, ...], dtype: np.dtype, fill_value: Any) -> np.ndarray:
@@ -150,9 +150,7 @@ class NumpyBackend:
         if values.ndim == 0 or arr.ndim == 0:  # a meta scalar
             arr[...] = values
             return
-        stop = start + len(values)
-        if start < 0 or stop > arr.shape[0]:
-            raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {arr.shape[0]}")
+        stop = check_row_region(group, name, arr.shape[0], start, len(values))
         arr[start:stop] = values
 
     def read(self, group, name, start, stop, step=None):

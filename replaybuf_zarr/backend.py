@@ -27,6 +27,7 @@ from replaybuf_core.protocol import (
     CAP_SHARDS,
     GROUPS,
     BackendEntrypoint,
+    check_row_region,
 )
 
 from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
@@ -286,9 +287,7 @@ class ZarrBackend:
         if values.ndim == 0 or arr.ndim == 0:  # a meta scalar
             arr[...] = values
             return
-        stop = start + len(values)
-        if start < 0 or stop > arr.shape[0]:
-            raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {arr.shape[0]}")
+        stop = check_row_region(group, name, arr.shape[0], start, len(values))
         self._readers.pop((group, name), None)  # its cached chunks are stale now
         key = (group, name)
         if key not in self._writers:

@@ -28,6 +28,7 @@ import numpy as np
 import zarr
 
 from .chunk_cache import ChunkCache
+from .layout import ShardLayout, chunk_layout
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 
@@ -175,7 +176,7 @@ class ChunkReader:
     """
 
     def __init__(self, arr: zarr.Array, fetcher: _Fetcher, cache: ChunkCache, cache_id: Any,
-                 chunk_shape: tuple[int, ...], decode: Callable, shard: dict | None):
+                 chunk_shape: tuple[int, ...], decode: Callable, shard: ShardLayout | None):
         self.shape = tuple(arr.shape)
         self.dtype = arr.dtype if isinstance(arr.dtype, np.dtype) else np.dtype(arr.dtype)
         self.fill_value = arr.fill_value if arr.fill_value is not None else 0
@@ -186,12 +187,10 @@ class ChunkReader:
         self._cache = cache
         self._cache_id = cache_id
         self._decode = decode
-        self._shard = shard  # {"shape", "index_size", "at_end", "crc"}
+        self._shard = shard
         self._index_cache: dict[tuple[int, ...], list | None] = {}
         self._keys: dict[tuple[int, ...], str] = {}
-        if shard is not None:
-            per = shard["per_shard"]
-            shard["strides"] = tuple(int(np.prod(per[i + 1:], dtype=np.int64)) for i in range(len(per)))
+        self._strides = shard.strides if shard is not None else ()
         self._inner_grid = tuple(-(-s // c) for s, c in zip(self.shape[1:], chunk_shape[1:]))
         self._inner_coords = list(np.ndindex(*self._inner_grid)) if self._inner_grid else [()]
         self._pinned: np.ndarray | None = None
@@ -214,12 +213,12 @@ class ChunkReader:
             return idx
         sh = self._shard
         key = self._key(shard_coords)
-        n = sh["index_size"]
-        raw = self._fetch.get_tail(key, n) if sh["at_end"] else self._fetch.get_range(key, 0, n)
+        n = sh.index_size
+        raw = self._fetch.get_tail(key, n) if sh.at_end else self._fetch.get_range(key, 0, n)
         if raw is None or len(raw) < n:
             idx = None
         else:
-            body = raw[:-4] if sh["crc"] else raw
+            body = raw[:-4] if sh.crc else raw
             idx = np.frombuffer(body, dtype="<u8").reshape(-1, 2).tolist()
         self._index_cache[shard_coords] = idx
         return idx
@@ -227,13 +226,13 @@ class ChunkReader:
     def _raw_chunk(self, coords: tuple[int, ...]) -> bytes | None:
         if self._shard is None:
             return self._fetch.get(self._key(coords))
-        per = self._shard["per_shard"]
+        per = self._shard.per_shard
         shard_coords = tuple(c // p for c, p in zip(coords, per))
         idx = self._shard_index(shard_coords)
         if idx is None:
             return None
         local = 0
-        for c, p, stride in zip(coords, per, self._shard["strides"]):
+        for c, p, stride in zip(coords, per, self._strides):
             local += (c % p) * stride
         offset, nbytes = idx[local]
         if offset == _EMPTY:
@@ -381,32 +380,10 @@ def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReade
             return np.frombuffer(data, dtype=_s).reshape(_cs).astype(_d, copy=False)
 
         return ChunkReader(arr, fetcher, cache, cache_id, chunk_shape, decode, None)
-    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
-    from zarr.core.chunk_grids import RegularChunkGrid
-
-    if not isinstance(meta.chunk_grid, RegularChunkGrid):
+    layout = chunk_layout(arr)
+    if layout is None:
         return None
-    codecs = tuple(meta.codecs)
-    shard = None
-    outer = tuple(meta.chunk_grid.chunk_shape)
-    if codecs and isinstance(codecs[0], ShardingCodec):
-        if len(codecs) != 1:
-            return None
-        sc = codecs[0]
-        ic = tuple(sc.index_codecs)
-        if not (isinstance(ic[0], BytesCodec) and all(isinstance(c, Crc32cCodec) for c in ic[1:]) and len(ic) <= 2):
-            return None
-        if ic[0].endian is not None and ic[0].endian.value != "little":
-            return None
-        chunk_shape = tuple(sc.chunk_shape)
-        per_shard = tuple(o // c for o, c in zip(outer, chunk_shape))
-        shard = {"per_shard": per_shard, "crc": len(ic) == 2,
-                 "index_size": 16 * int(np.prod(per_shard)) + (4 if len(ic) == 2 else 0),
-                 "at_end": sc.index_location.value == "end"}
-        codecs = tuple(sc.codecs)
-    else:
-        chunk_shape = outer
-    decode = _array_decoder(codecs, chunk_shape, dtype)
+    decode = _array_decoder(layout.codecs, layout.chunk_shape, dtype)
     if decode is None:
         return None
-    return ChunkReader(arr, fetcher, cache, cache_id, chunk_shape, decode, shard)
+    return ChunkReader(arr, fetcher, cache, cache_id, layout.chunk_shape, decode, layout.shard)

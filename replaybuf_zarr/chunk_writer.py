@@ -22,6 +22,7 @@ import numpy as np
 import zarr
 
 from .chunk_reader import _decode_pool
+from .layout import ShardLayout, chunk_layout
 
 _EMPTY = 2**64 - 1
 
@@ -84,7 +85,7 @@ class ChunkWriter:
     """Writes whole time-axis objects of one zarr v3 array; build it with :func:`make_writer`."""
 
     def __init__(self, arr: zarr.Array, encode: Callable, chunk_shape: tuple[int, ...],
-                 shard: dict | None):
+                 shard: ShardLayout | None):
         self._arr = arr
         self._store = arr.store
         self._prefix = f"{arr.path}/" if arr.path else ""
@@ -92,7 +93,7 @@ class ChunkWriter:
         self._encode = encode
         self._chunk = chunk_shape
         self._shard = shard
-        self.object_len = shard["shape"][0] if shard else chunk_shape[0]
+        self.object_len = shard.shape[0] if shard else chunk_shape[0]
         self._dtype = arr.dtype
         self._fill = arr.fill_value if arr.fill_value is not None else 0
         from zarr.storage import LocalStore
@@ -153,21 +154,21 @@ class ChunkWriter:
                 coords = (first + i,) + (0,) * (len(self._chunk) - 1)
                 self._put(self._meta.encode_chunk_key(coords), data)
             return True
-        per = self._shard["per_shard"][0]
+        per = self._shard.per_shard[0]
         for s0 in range(0, len(encoded), per):
             block = encoded[s0: s0 + per]
             index = np.full((per, 2), _EMPTY, dtype="<u8")
-            offset = self._shard["index_size"] if not self._shard["at_end"] else 0
+            offset = self._shard.index_size if not self._shard.at_end else 0
             for j, data in enumerate(block):
                 index[j] = (offset, len(data))
                 offset += len(data)
             index_bytes = index.tobytes()
-            if self._shard["crc"]:
+            if self._shard.crc:
                 import google_crc32c
 
                 index_bytes += np.uint32(google_crc32c.value(index_bytes)).astype("<u4").tobytes()
             body = b"".join(block)
-            shard_bytes = body + index_bytes if self._shard["at_end"] else index_bytes + body
+            shard_bytes = body + index_bytes if self._shard.at_end else index_bytes + body
             coords = ((first + s0) // per,) + (0,) * (len(self._chunk) - 1)
             self._put(self._meta.encode_chunk_key(coords), shard_bytes)
         return True
@@ -179,42 +180,17 @@ def make_writer(arr: zarr.Array) -> ChunkWriter | None:
     Supported: zarr v3, regular grid, chunks (and shards) spanning every dimension but time, a
     bytes/WebP serializer with Blosc/Zstd/Gzip/crc32c compressors, shard indexes ``[bytes, crc32c]``.
     """
-    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
-    from zarr.core.chunk_grids import RegularChunkGrid
     from zarr.storage import LocalStore, MemoryStore
 
-    meta = arr.metadata
-    if meta.zarr_format != 3 or not isinstance(arr.store, (LocalStore, MemoryStore)) or arr.ndim == 0:
-        return None
-    if not isinstance(meta.chunk_grid, RegularChunkGrid):
+    if not isinstance(arr.store, (LocalStore, MemoryStore)) or arr.ndim == 0:
         return None
     dtype = arr.dtype if isinstance(arr.dtype, np.dtype) else None
     if dtype is None or dtype.kind not in "biufc":
         return None
-    outer = tuple(meta.chunk_grid.chunk_shape)
-    if outer[1:] != tuple(arr.shape[1:]):
-        return None
-    codecs = tuple(meta.codecs)
-    shard = None
-    if codecs and isinstance(codecs[0], ShardingCodec):
-        sc = codecs[0]
-        ic = tuple(sc.index_codecs)
-        if len(codecs) != 1 or not (isinstance(ic[0], BytesCodec) and len(ic) <= 2
-                                    and all(isinstance(c, Crc32cCodec) for c in ic[1:])):
-            return None
-        if ic[0].endian is not None and ic[0].endian.value != "little":
-            return None
-        chunk_shape = tuple(sc.chunk_shape)
-        if chunk_shape[1:] != outer[1:]:
-            return None
-        per = (outer[0] // chunk_shape[0],)
-        shard = {"shape": outer, "per_shard": per, "crc": len(ic) == 2,
-                 "index_size": 16 * per[0] + (4 if len(ic) == 2 else 0),
-                 "at_end": sc.index_location.value == "end"}
-        codecs = tuple(sc.codecs)
-    else:
-        chunk_shape = outer
-    encode = _chunk_encoder(codecs, chunk_shape, dtype)
+    layout = chunk_layout(arr)
+    if layout is None or layout.chunk_shape[1:] != tuple(arr.shape[1:]):
+        return None  # chunks must span every dimension but time
+    encode = _chunk_encoder(layout.codecs, layout.chunk_shape, dtype)
     if encode is None:
         return None
-    return ChunkWriter(arr, encode, chunk_shape, shard)
+    return ChunkWriter(arr, encode, layout.chunk_shape, layout.shard)

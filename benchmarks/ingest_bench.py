@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import imagecodecs
-import numpy as np
 import zarr
 
 from replaybuf_core import ReplayBuffer

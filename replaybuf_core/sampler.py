@@ -11,7 +11,7 @@ only through ``episode_ends``, ``keys()``, ``buffer[key]`` (``.shape``,
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 

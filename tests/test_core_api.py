@@ -12,7 +12,6 @@ import numcodecs
 import numpy as np
 import pytest
 
-import replaybuf_core
 from replaybuf_core import (
     BackendNotFoundError,
     ReplayBuffer,

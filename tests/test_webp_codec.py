@@ -13,7 +13,6 @@ import sys
 import textwrap
 import threading
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import numpy as np
 import pytest

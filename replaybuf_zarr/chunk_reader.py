@@ -27,10 +27,22 @@ import numcodecs
 import numpy as np
 import zarr
 
+from replaybuf_core.errors import CorruptStoreError
+
 from .chunk_cache import ChunkCache
 from .layout import ShardLayout, chunk_layout
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
+
+
+def _blosc_decompress(data: Any) -> bytes:
+    """Blosc-decompress after checking the frame's own size field (bytes 12..16 of the Blosc header,
+    the compressed size): a truncated chunk would otherwise decode to wrong values silently."""
+    view = memoryview(data)
+    if len(view) < 16 or int.from_bytes(view[12:16], "little") != len(view):
+        declared = int.from_bytes(view[12:16], "little") if len(view) >= 16 else "?"
+        raise ValueError(f"truncated or damaged Blosc chunk: {len(view)} bytes stored, header says {declared}")
+    return numcodecs.blosc.decompress(data)
 
 
 def _bytes_decoder(codec: Any) -> Callable[[bytes], bytes] | None:
@@ -38,7 +50,7 @@ def _bytes_decoder(codec: Any) -> Callable[[bytes], bytes] | None:
     from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
     if isinstance(codec, BloscCodec):
-        return numcodecs.blosc.decompress
+        return _blosc_decompress
     if isinstance(codec, ZstdCodec):
         return numcodecs.Zstd().decode
     if isinstance(codec, GzipCodec):
@@ -245,8 +257,7 @@ class ChunkReader:
         hit = self._cache.get(ckey)
         if hit is not None:
             return hit
-        raw = self._raw_chunk(coords)
-        out = self._fill_chunk() if raw is None else self._decode(raw)
+        out = self._decode_or_fill(self._raw_chunk(coords), coords)
         out.flags.writeable = False
         self._cache.put(ckey, out)
         return out
@@ -290,8 +301,15 @@ class ChunkReader:
                     src.append(slice(0, e - i * c))
                 out[tuple(dst)] = ch[tuple(src)]
 
-    def _decode_or_fill(self, raw: bytes | None) -> np.ndarray:
-        return self._fill_chunk() if raw is None else self._decode(raw)
+    def _decode_or_fill(self, raw: bytes | None, coords: tuple[int, ...] = ()) -> np.ndarray:
+        if raw is None:
+            return self._fill_chunk()
+        try:
+            return self._decode(raw)
+        except Exception as exc:
+            c0 = self.chunk_shape[0]
+            where = f"chunk {coords} (rows {coords[0] * c0}..{(coords[0] + 1) * c0 - 1})" if coords else "a chunk"
+            raise CorruptStoreError(f"{self._prefix.rstrip('/') or 'array'}: {where} does not decode: {exc}") from exc
 
     def chunks(self, coords: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
         """Decoded chunks for many grid coordinates: cache hits first, the rest fetched in order and
@@ -310,12 +328,14 @@ class ChunkReader:
             if len(missing) >= PARALLEL_DECODE_MIN and n_workers > 1:
                 # one task per worker (a submit costs ~40 µs, more than decoding a small chunk)
                 parts = [raws[i::n_workers] for i in range(n_workers)]
-                done = list(_decode_pool().map(lambda part: [self._decode_or_fill(r) for r in part], parts))
+                cparts = [missing[i::n_workers] for i in range(n_workers)]
+                done = list(_decode_pool().map(
+                    lambda pc: [self._decode_or_fill(r, c) for r, c in zip(*pc)], zip(parts, cparts)))
                 decoded = [None] * len(raws)
                 for i, part in enumerate(done):
                     decoded[i::n_workers] = part
             else:
-                decoded = [self._decode_or_fill(r) for r in raws]
+                decoded = [self._decode_or_fill(r, c) for r, c in zip(raws, missing)]
             for c, d in zip(missing, decoded):
                 d.flags.writeable = False  # cached and handed out as views
                 out[c] = d

@@ -137,3 +137,17 @@ def test_pin_and_cache_size_via_buffer(tmp_path):
         if f.is_file():
             f.unlink()  # pinned data no longer needs the store
     np.testing.assert_array_equal(rb.read_ranges("x", [3], [9])[0], np.arange(30, dtype="f4").reshape(15, 2)[3:9])
+
+
+def test_truncated_blosc_chunk_is_an_error_naming_the_chunk(tmp_path):
+    from replaybuf_core.errors import CorruptStoreError
+
+    arr = zarr.create_array(LocalStore(tmp_path), name="a", shape=(20, 4), chunks=(10, 4), dtype="f4",
+                            compressors=zarr.codecs.BloscCodec(cname="lz4"))
+    arr[:] = np.arange(80, dtype="f4").reshape(20, 4)
+    chunk = tmp_path / "a" / "c" / "1" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-5])
+    reader = make_reader(arr, ChunkCache(), 0)
+    np.testing.assert_array_equal(reader.read(0, 10), np.arange(40, dtype="f4").reshape(10, 4))
+    with pytest.raises(CorruptStoreError, match=r"a: chunk \(1, 0\) \(rows 10\.\.19\)"):
+        reader.read(5, 15)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np

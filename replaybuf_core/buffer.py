@@ -35,7 +35,7 @@ from .copying import copy_array
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from . import locking
 from .errors import CapabilityError, ReadOnlyError
-from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend, read_rows_via_ranges
 from .recovered_view import RecoveredView
 from .recovery import RecoveryReport, is_temp_name, recover, temp_names
 from .writer import EpisodeWriter
@@ -749,6 +749,31 @@ class ReplayBuffer:
         if starts.size and (starts.min() < 0 or stops.max() > self.n_steps or np.any(stops < starts)):
             raise ValueError(f"row ranges must satisfy 0 <= start <= stop <= n_steps={self.n_steps}")
         return self._store.read_ranges("data", key, starts, stops)
+
+    def read_rows(self, key: str, rows, out: np.ndarray | None = None) -> np.ndarray:
+        """Gather steps ``rows`` (int array of any shape) of data ``key``: returns an array of shape
+        ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view), decoding
+        every chunk touched once.  The sampler's batch path; NumPy buffers do one fancy index.
+
+        Raises:
+            KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``.
+            ValueError: ``out`` of the wrong shape.
+        """
+        if key not in self:
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_steps):
+            bad = rows[(rows < 0) | (rows >= self.n_steps)].flat[0]
+            raise IndexError(f"row {int(bad)} is out of range for {self.n_steps} steps")
+        shape = rows.shape + tuple(self._store.shape("data", key)[1:])
+        if out is None:
+            out = np.empty(shape, dtype=self._store.dtype("data", key))
+        elif out.shape != shape:
+            raise ValueError(f"out has shape {out.shape}, expected {shape}")
+        gather = getattr(self._store, "read_rows", None)
+        if gather is not None:
+            return gather("data", key, rows, out)
+        return read_rows_via_ranges(self._store, "data", key, rows, out)
 
     # ------------------------------------------------------------------ read cache
     @property

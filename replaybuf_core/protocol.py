@@ -18,6 +18,8 @@ Optional methods, called only when present (``getattr(store, name, None)``):
 ``codecs_equal(a, b) -> bool``        ``set_compressors`` skips arrays already using the codec
 ``cache_bytes`` (property, settable)  size of a cache of decoded chunks (``ReplayBuffer.cache_bytes``)
 ``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)
+``read_rows(group, name, rows, out)``  gather arbitrary rows (int array of any shape) into ``out``
+                                      (shape ``rows.shape + step shape``); else :func:`read_rows_via_ranges`
 ``lock_path() -> path | None``        directory where writable opens take the writer lock
                                       (:mod:`replaybuf_core.locking`); None: no lock
 ``remove_debris(group) -> list[str]`` delete leftovers of a killed writer that are not arrays
@@ -183,3 +185,20 @@ def check_row_region(group: str, name: str, n_rows: int, start: int, n: int) -> 
     if start < 0 or stop > n_rows:
         raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {n_rows}")
     return stop
+
+
+def read_rows_via_ranges(store: StorageBackend, group: str, name: str, rows: np.ndarray,
+                         out: np.ndarray) -> np.ndarray:
+    """Gather ``rows`` (int array, any shape, in range) of ``group/name`` into ``out`` through
+    ``read_ranges``: the distinct rows are read as runs of consecutive rows, then indexed."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0:
+        return out
+    uniq = np.unique(rows)
+    breaks = np.flatnonzero(np.diff(uniq) != 1) + 1
+    starts = uniq[np.r_[0, breaks]]
+    stops = uniq[np.r_[breaks - 1, uniq.size - 1]] + 1
+    parts = store.read_ranges(group, name, starts, stops)
+    data = np.concatenate(parts) if len(parts) > 1 else np.asarray(parts[0])
+    out[...] = data[np.searchsorted(uniq, rows)]
+    return out

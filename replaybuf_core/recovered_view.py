@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ReadOnlyError
+from .protocol import read_rows_via_ranges
 from .recovery import EPISODE_ENDS, RecoveryReport
 
 
@@ -169,6 +170,15 @@ class RecoveredView:
         if n is not None and len(stops) and int(np.max(stops)) > n:
             raise IndexError(f"row ranges past the {n} committed rows of {group}/{name}")
         return self._inner.read_ranges(group, self._name(group, name), starts, stops)
+
+    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        n = self._limits.get((group, name))
+        if n is not None and np.size(rows) and int(np.max(rows)) >= n:
+            raise IndexError(f"rows past the {n} committed rows of {group}/{name}")
+        inner = getattr(self._inner, "read_rows", None)
+        if inner is not None:
+            return inner(group, self._name(group, name), rows, out)
+        return read_rows_via_ranges(self, group, name, rows, out)
 
     def pin(self, group: str, name: str) -> bool:
         pin = getattr(self._inner, "pin", None)

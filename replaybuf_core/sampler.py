@@ -252,6 +252,7 @@ class SequenceSampler:
         self.key_first_k: dict[str, int] = first_k
         self.pad_mode = pad_mode
         self._has_read_ranges = callable(getattr(buffer, "read_ranges", None))
+        self._has_read_rows = callable(getattr(buffer, "read_rows", None))
 
     def __len__(self) -> int:
         """Number of windows."""
@@ -292,32 +293,38 @@ class SequenceSampler:
         return np.minimum(need, n_real)
 
     # -------------------------------------------------------------- assembling
-    def _assemble(self, key: str, rows: np.ndarray, n_read: np.ndarray, chunks: list, arr_like) -> np.ndarray:
+    def _assemble(self, key: str, rows: np.ndarray, n_read: np.ndarray, chunks: list | None, arr_like) -> np.ndarray:
         """Build the (B, S, *trailing) array of ``key``; ``chunks`` holds one array per window
-        with ``n_read > 0``, in order.
+        with ``n_read > 0``, in order — or is None, and the rows are gathered with
+        ``buffer.read_rows`` straight into the output (no intermediate arrays).
 
         Vectorised: every slot gathers stored row ``clip(slot - sample_start, 0, n_read - 1)`` of its
         window (edge padding is exactly that clamp), then "zero" pads and unread ``key_first_k`` slots
         are overwritten — one gather per key instead of a Python loop over windows."""
         b, s = rows.shape[0], self.sequence_length
         dtype = np.dtype(arr_like.dtype)
-        out = np.empty((b, s) + tuple(arr_like.shape[1:]), dtype=dtype)
         k = self.key_first_k.get(key, s)
+        # unread key_first_k slots of a 0-filled kind come for free from calloc'd pages (no write)
+        zero_tail = k < s and dtype.kind in "biu"
+        out = (np.zeros if zero_tail else np.empty)((b, s) + tuple(arr_like.shape[1:]), dtype=dtype)
         slots = np.arange(s, dtype=np.int64)
         ss = rows[:, 2:3]
         sel = n_read > 0
-        if chunks and k > 0:
-            flat = np.concatenate(chunks) if len(chunks) > 1 else np.asarray(chunks[0])
-            offsets = np.cumsum(n_read) - n_read
+        if k > 0 and sel.any():
             rel = np.minimum(np.maximum(slots[None, :k] - ss, 0), np.maximum(n_read[:, None] - 1, 0))
-            gather = (offsets[:, None] + rel)[sel]
-            if sel.all():
-                out[:, :k] = flat[gather]
+            if chunks is None:  # the buffer gathers the rows straight into ``out``
+                self.buffer.read_rows(key, rows[:, 0:1] + rel, out=out[:, :k])
             else:
-                out[sel, :k] = flat[gather]
+                flat = np.concatenate(chunks) if len(chunks) > 1 else np.asarray(chunks[0])
+                offsets = np.cumsum(n_read) - n_read
+                gather = (offsets[:, None] + rel)[sel]
+                if sel.all():
+                    out[:, :k] = flat[gather]
+                else:
+                    out[sel, :k] = flat[gather]
         if self.pad_mode == "zero":
             out[self._pad_flags(rows) & (slots[None, :] < k)] = _pad_value(dtype)
-        if k < s:
+        if k < s and not zero_tail:
             out[:, k:] = _unread_value(dtype)
         return out
 
@@ -426,9 +433,11 @@ class SequenceSampler:
             arr = self.buffer[key]
             n_read = self._rows_to_read(key, rows)
             sel = n_read > 0
-            chunks: list = []
-            if sel.any():
-                chunks = list(self.buffer.read_ranges(key, starts[sel], starts[sel] + n_read[sel]))
+            chunks: list | None = None
+            if not self._has_read_rows:
+                chunks = []
+                if sel.any():
+                    chunks = list(self.buffer.read_ranges(key, starts[sel], starts[sel] + n_read[sel]))
             result[key] = self._assemble(key, rows, n_read, chunks, arr)
         result[IS_PAD_KEY] = self._pad_flags(rows)
         return result

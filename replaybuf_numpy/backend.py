@@ -160,6 +160,11 @@ class NumpyBackend:
         arr = self.get_array(group, name)
         return [arr[a:b] for a, b in zip(starts, stops)]
 
+    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Gather ``rows`` (int array of any shape) into ``out`` with one fancy index."""
+        out[...] = self.get_array(group, name)[rows]
+        return out
+
     def get_attrs(self, group):
         return dict(self._root.get("_attrs", {}).get(group, {}))
 

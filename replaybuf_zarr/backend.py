@@ -28,6 +28,7 @@ from replaybuf_core.protocol import (
     GROUPS,
     BackendEntrypoint,
     check_row_region,
+    read_rows_via_ranges,
 )
 
 from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
@@ -322,6 +323,14 @@ class ZarrBackend:
         from .inspection import missing_objects
 
         return missing_objects(self.get_array(group, name), f"{group}/{name}")
+
+    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Gather ``rows`` (int array of any shape) into ``out``: the fast reader decodes every chunk
+        touched once and copies rows straight into ``out``; other layouts go through zarr-python."""
+        reader = self._reader(group, name)
+        if reader is not None:
+            return reader.read_rows(rows, out)
+        return read_rows_via_ranges(self, group, name, rows, out)
 
     def get_attrs(self, group):
         return dict(self._group(group).attrs)

@@ -378,6 +378,56 @@ class ChunkReader:
         return out
 
 
+    def read_rows(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Gather ``rows`` (int array of any shape, ``0 <= row < shape[0]``) into ``out`` (shape
+        ``rows.shape + shape[1:]``, may be a strided view): every chunk touched is decoded once (in
+        parallel when many) and its rows are copied straight into ``out`` — no intermediate arrays."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return out
+        if self._pinned is not None:
+            out[...] = self._pinned[rows]
+            return out
+        simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
+        if not simple:
+            from replaybuf_core.protocol import read_rows_via_ranges
+
+            return read_rows_via_ranges(_ReaderAsStore(self), "data", "", rows, out)
+        c0 = self.chunk_shape[0]
+        inner = self._inner_coords[0]
+        trim = len(self.shape) > 1 and self.chunk_shape[1:] != self.shape[1:]
+        flat_rows = rows.reshape(-1)
+        t = flat_rows // c0
+        uniq = np.unique(t)
+        got = self.chunks([(int(u),) + inner for u in uniq])
+        if trim:
+            cut = (slice(None),) + tuple(slice(0, s) for s in self.shape[1:])
+            got = {k: v[cut] for k, v in got.items()}
+        index = np.unravel_index(np.arange(flat_rows.size), rows.shape)
+        if c0 == 1:  # one row a chunk (camera frames): a copy per row
+            for i, (ti, pos) in enumerate(zip(t.tolist(), zip(*index))):
+                out[pos] = got[(ti,) + inner][0]
+            return out
+        order = np.argsort(t, kind="stable")
+        bounds = np.searchsorted(t[order], uniq, side="right")
+        lo = 0
+        for u, hi in zip(uniq.tolist(), bounds.tolist()):
+            sel = order[lo:hi]
+            out[tuple(ix[sel] for ix in index)] = got[(u,) + inner][flat_rows[sel] - u * c0]
+            lo = hi
+        return out
+
+
+class _ReaderAsStore:
+    """Adapts one reader to the ``read_ranges`` verb (for :func:`read_rows_via_ranges`)."""
+
+    def __init__(self, reader: ChunkReader):
+        self._r = reader
+
+    def read_ranges(self, group, name, starts, stops):
+        return self._r.read_ranges(starts, stops)
+
+
 def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReader | None:
     """A :class:`ChunkReader` for ``arr``, or None when its layout/store is not supported."""
     try:

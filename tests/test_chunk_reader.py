@@ -84,6 +84,10 @@ def test_reader_matches_zarr(tmp_path_factory, layout, seed, ranges, local):
     batched = reader.read_ranges([s for s, _ in spans], [e for _, e in spans])
     for (start, stop), got in zip(spans, batched):
         np.testing.assert_array_equal(got, arr[start:stop])
+    rows = np.random.default_rng(seed).integers(0, n, size=(3, 4))
+    out = np.empty((3, 6) + arr.shape[1:], dtype=arr.dtype)[:, 1:5]  # a strided view
+    reader.read_rows(rows, out)
+    np.testing.assert_array_equal(out, arr[:][rows])
 
 
 def test_unknown_layouts_fall_back_to_zarr():
@@ -151,3 +155,18 @@ def test_truncated_blosc_chunk_is_an_error_naming_the_chunk(tmp_path):
     np.testing.assert_array_equal(reader.read(0, 10), np.arange(40, dtype="f4").reshape(10, 4))
     with pytest.raises(CorruptStoreError, match=r"a: chunk \(1, 0\) \(rows 10\.\.19\)"):
         reader.read(5, 15)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "zarr"])
+def test_buffer_read_rows(backend):
+    rb = ReplayBuffer.create_empty(backend)
+    x = np.arange(60, dtype="f4").reshape(30, 2)
+    rb.add_episode({"x": x}, chunks={"x": (7, 2)})
+    rows = np.array([[0, 29, 3], [7, 7, 14]])
+    np.testing.assert_array_equal(rb.read_rows("x", rows), x[rows])
+    with pytest.raises(IndexError, match="row 30"):
+        rb.read_rows("x", [30])
+    with pytest.raises(KeyError):
+        rb.read_rows("nope", [0])
+    with pytest.raises(ValueError, match="out has shape"):
+        rb.read_rows("x", [0, 1], out=np.empty((3, 2), "f4"))

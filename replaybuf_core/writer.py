@@ -123,24 +123,27 @@ class EpisodeWriter:
             self._obj_len[key] = int(obj or 1)
 
     def _write(self, aligned: bool) -> None:
+        """Write staged rows: with ``aligned``, each key up to its last whole stored object — and the
+        keys lagging behind (a long-chunked number key beside 256-frame image shards) up to the
+        furthest key, so episodes commit at least once per completed object and staging stays
+        about one object deep; without ``aligned``, everything."""
         rb = self._rb
         s = rb.store
-        staged_end = self._ends[-1] if self._ends else rb.n_steps
+        avail = {k: self._written[k] + sum(len(p) for p in parts) for k, parts in self._pending.items()}
+        if aligned:
+            stops = {k: (a // self._obj_len[k]) * self._obj_len[k] for k, a in avail.items()}
+            target = max([stop for k, stop in stops.items() if stop > self._written[k]], default=0)
+            stops = {k: max(stop, min(target, avail[k])) for k, stop in stops.items()}
+        else:
+            stops = avail
         for key, parts in self._pending.items():
-            if not parts:
+            start, stop = self._written[key], stops[key]
+            if not parts or stop <= start:
                 continue
-            start = self._written[key]
-            avail = sum(len(p) for p in parts)
-            stop = start + avail
-            if aligned:
-                L = self._obj_len[key]
-                stop = (stop // L) * L
-                if stop <= start:
-                    continue
             block = np.concatenate(parts) if len(parts) > 1 else parts[0]
             n = stop - start
             if s.shape("data", key)[0] < stop:
-                s.resize("data", key, max(stop, staged_end if not aligned else stop))
+                s.resize("data", key, stop)
             s.write("data", key, start, block[:n])
             rest = block[n:]
             self._pending[key] = [rest] if len(rest) else []

@@ -34,22 +34,24 @@ What the import does (:func:`import_diffusion_policy`):
   String (object) arrays are stored uncompressed.
 * **Meta**: every ``meta`` array is copied (``episode_ends`` is rebuilt by the writer, the others are
   copied as they are).
-* **Verification** after writing, from a fresh read-only open of the destination: episode ends, keys,
-  shapes and dtypes; every array episode by episode.  Exact keys compare a BLAKE2b digest of each
-  episode's source values (taken while streaming, after the proven-lossless dtype conversion, so
-  ``dst.astype(src.dtype)`` is bit-identical to the source iff the digests match) with one of the
-  destination's; lossy image keys re-read the source and report PSNR (dB, per key and the worst
-  episode).  Meta arrays are compared whole.  Failures name the key and the episode.
+* **Verification** of every array, episode by episode, as soon as the writer has committed the
+  episode: its rows are read back from the destination store (decoded afresh from the stored
+  objects) and compared with the source values kept since the episode was staged — bit for bit for
+  exact keys (after the proven-lossless dtype conversion, so ``dst.astype(src.dtype)`` is
+  bit-identical to the source), PSNR (dB, per key and the worst episode) for lossy image keys.  No
+  second pass over the source and no hashing.  Then a fresh read-only open of the destination checks
+  episode ends, keys, shapes and dtypes, and compares the meta arrays whole.  Failures name the key
+  and the episode.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
 import shutil
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,13 +230,6 @@ def _first_bad_value(x: np.ndarray) -> Any:
     return r[bad[0]].item() if bad.size else None
 
 
-def _digest(x: np.ndarray) -> bytes:
-    x = np.ascontiguousarray(x)
-    if x.dtype == object:
-        return hashlib.blake2b(repr(x.tolist()).encode()).digest()
-    return hashlib.blake2b(x.view(np.uint8).data if x.ndim else x.tobytes(), digest_size=16).digest()
-
-
 def _no_cache(store: Any) -> None:
     """Every chunk is read once, in order: a cache of decoded chunks would only cost memory."""
     if hasattr(store, "cache_bytes"):
@@ -374,8 +369,8 @@ def import_diffusion_policy(
         except BaseException:
             shutil.rmtree(dst_path, ignore_errors=True)
             raise
-    plans, digests = result
-    report = _verify(src_rb, src_path, dst_path, plans, digests, progress)
+    plans, checker = result
+    report = _verify(src_rb, src_path, dst_path, plans, checker)
     report.restarts = restarts
     report.source_bytes = _disk_bytes(src_path)
     report.stored_bytes = _disk_bytes(dst_path)
@@ -387,8 +382,48 @@ def _episode_of(rb: ReplayBuffer, row: int) -> int:
     return int(np.searchsorted(rb.episode_ends, row, side="right"))
 
 
+class _Checker:
+    """Compares each committed episode, read back from the destination store, with the source values
+    kept since it was staged (exact keys bit for bit, lossy keys by squared error)."""
+
+    def __init__(self, rb: ReplayBuffer, plans: dict[str, "_Plan"]):
+        self.rb = rb
+        self.plans = plans
+        self.pending: deque = deque()
+        self.first_bad: dict[str, int] = {}
+        self.problems: list[str] = []
+        self.sse = {k: 0.0 for k, p in plans.items() if p.lossy}
+        self.worst = {k: math.inf for k in self.sse}
+
+    def stage(self, ep: int, start: int, stop: int, episode: dict[str, np.ndarray]) -> None:
+        self.pending.append((ep, start, stop, episode))
+
+    def check_committed(self) -> None:
+        store = self.rb.store
+        while self.pending and self.pending[0][0] < self.rb.n_episodes:
+            ep, start, stop, source = self.pending.popleft()
+            for key, x in source.items():
+                y = store.read("data", key, start, stop)
+                if key in self.sse:
+                    e = float(np.sum((y.astype(np.float64) - x.astype(np.float64)) ** 2))
+                    self.sse[key] += e
+                    self.worst[key] = min(self.worst[key], _psnr(e, y.size))
+                elif key not in self.first_bad and not _same_bits(x, y):
+                    self.first_bad[key] = ep
+                    self.problems.append(f"data/{key}: episode {ep} (rows [{start}, {stop})) differs from the source")
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Equal shape, dtype and bits (NaN and -0.0 included); strings compare as values."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.dtype == object:
+        return bool(np.array_equal(x, y))
+    return np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes()
+
+
 def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float, progress,
-                 replace) -> tuple[dict[str, _Plan], dict[str, list[bytes]]]:
+                 replace) -> tuple[dict[str, _Plan], _Checker]:
     src_store = src_rb.store
     n_steps, n_ep = src_rb.n_steps, src_rb.n_episodes
     keys = src_rb.keys()
@@ -417,7 +452,7 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
         })
         rb = ReplayBuffer(dst)
         readers = {k: _RowReader(src_store, "data", k, n_steps, _object_rows(src_store, "data", k)) for k in keys}
-        digests: dict[str, list[bytes]] = {k: [] for k in keys}
+        checker = _Checker(rb, plans)
         ends = src_rb.episode_ends
         bar = None
         if progress:
@@ -440,21 +475,22 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
                                 raise _NotLossless(key, ep, start + row,
                                                    f"holds {_first_bad_value(x[row])!r}, not an integer in 0..255")
                             x = u
-                        if not p.lossy:
-                            digests[key].append(_digest(x))
                         episode[key] = x
-                    yield episode
+                    yield ep, start, stop, episode
                     start = stop
 
             with rb.writer() as w:
-                for episode in prefetch(episodes(), depth=2):
+                for ep, start, stop, episode in prefetch(episodes(), depth=2):
+                    checker.stage(ep, start, stop, episode)
                     w.add_episode(episode)
+                    checker.check_committed()
                     if bar is not None:
                         bar.update(1)
+            checker.check_committed()  # the episodes the final flush committed
         finally:
             if bar is not None:
                 bar.close()
-    return plans, digests
+    return plans, checker
 
 
 def _psnr(sse: float, count: int) -> float:
@@ -464,8 +500,9 @@ def _psnr(sse: float, count: int) -> float:
 
 
 def _verify(src_rb: ReplayBuffer, src_path: Path, dst_path: Path, plans: dict[str, _Plan],
-            digests: dict[str, list[bytes]], progress: bool) -> ImportReport:
-    """Re-open the destination read-only and check it against the source (see module docstring)."""
+            checker: _Checker) -> ImportReport:
+    """Re-open the destination read-only, check its structure and meta against the source, and
+    collect the per-episode data checks made while importing (see module docstring)."""
     problems: list[str] = []
     dst_rb = ReplayBuffer.create_from_path(dst_path)
     dst = dst_rb.store
@@ -491,37 +528,8 @@ def _verify(src_rb: ReplayBuffer, src_path: Path, dst_path: Path, plans: dict[st
         return ImportReport(os.fspath(src_path), os.fspath(dst_path), dst_rb.n_episodes, dst_rb.n_steps,
                             reports, src_store.list_arrays("meta"), problems)
     n = src_rb.n_steps
-    dreaders = {k: _RowReader(dst, "data", k, n, _object_rows(dst, "data", k)) for k in keys}
-    sreaders = {k: _RowReader(src_store, "data", k, n, _object_rows(src_store, "data", k))
-                for k in keys if plans[k].lossy}
-    sse = {k: 0.0 for k in sreaders}
-    worst = {k: math.inf for k in sreaders}
-    first_bad: dict[str, int] = {}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=src_rb.n_episodes, unit="episode", desc="verifying")
-    try:
-        start = 0
-        for ep, end in enumerate(src_rb.episode_ends):
-            stop = int(end)
-            for key in keys:
-                y = dreaders[key].take(start, stop)
-                if plans[key].lossy:
-                    x, _ = _as_uint8_if_lossless(sreaders[key].take(start, stop))
-                    e = float(np.sum((y.astype(np.float64) - x.astype(np.float64)) ** 2))
-                    sse[key] += e
-                    worst[key] = min(worst[key], _psnr(e, y.size))
-                elif key not in first_bad and _digest(y) != digests[key][ep]:
-                    first_bad[key] = ep
-                    problems.append(f"data/{key}: episode {ep} (rows [{start}, {stop})) differs from the source")
-            start = stop
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+    problems.extend(checker.problems)
+    first_bad, sse, worst = checker.first_bad, checker.sse, checker.worst
     for key in keys:
         r = reports[key]
         if plans[key].lossy:
@@ -538,7 +546,7 @@ def _verify(src_rb: ReplayBuffer, src_path: Path, dst_path: Path, plans: dict[st
             continue
         a = np.asarray(_read_all(src_store, name))
         b = np.asarray(_read_all(dst, name))
-        if a.shape != b.shape or a.dtype != b.dtype or _digest(a) != _digest(b):
+        if not _same_bits(a, b):
             problems.append(f"meta/{name}: differs from the source ({a.shape} {a.dtype} vs {b.shape} {b.dtype})")
     return ImportReport(os.fspath(src_path), os.fspath(dst_path), dst_rb.n_episodes, dst_rb.n_steps, reports,
                         meta_keys, problems)

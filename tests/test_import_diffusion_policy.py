@@ -212,3 +212,15 @@ def test_bad_inputs_change_nothing(tmp_path):
         import_diffusion_policy(tmp_path / "s.zarr", tmp_path / "o.zarr", lossy_quality=101, progress=False)
     with pytest.raises(ValueError, match="inside"):
         import_diffusion_policy(tmp_path / "s.zarr", tmp_path / "s.zarr" / "sub", progress=False)
+
+
+@pytest.mark.parametrize("bad", [np.nan, -0.0, 0.5, 256.0, -1.0, np.inf])
+def test_uint8_proof_rejects_every_lossy_value(bad):
+    from replaybuf_zarr.importers.uint8_exact import as_uint8_if_lossless
+
+    x = np.arange(5 * 4 * 4 * 3, dtype="f4").reshape(5, 4, 4, 3) % 256
+    u, row = as_uint8_if_lossless(x)
+    assert row == -1 and u.dtype == np.uint8 and np.array_equal(u.astype("f4"), x)
+    x[3, 1, 2, 0] = bad
+    u, row = as_uint8_if_lossless(x)
+    assert u is None and row == 3

@@ -70,6 +70,7 @@ from replaybuf_core.prefetch import prefetch
 from ..backend import ZarrEntrypoint
 from ..codecs import WebPCodec
 from ..sharding import get_image_shard_shape, validate_image_frames_per_shard
+from .uint8_exact import as_uint8_if_lossless
 
 logger = logging.getLogger(__name__)
 
@@ -206,21 +207,6 @@ def _object_rows(store: Any, group: str, name: str) -> int:
     return int(chunks[0]) if chunks else 1
 
 
-def _as_uint8_if_lossless(x: np.ndarray) -> tuple[np.ndarray | None, int]:
-    """``(x as uint8, -1)`` when ``x.astype(uint8).astype(x.dtype)`` is bitwise ``x``; else
-    ``(None, first offending row)``."""
-    if x.dtype == np.uint8:
-        return x, -1
-    x = np.ascontiguousarray(x)
-    with np.errstate(invalid="ignore", over="ignore"):
-        u = x.astype(np.uint8)
-    back = u.astype(x.dtype)
-    if np.array_equal(back.view(np.uint8), x.view(np.uint8)):
-        return u, -1
-    row_bad = (back.view(np.uint8) != x.view(np.uint8)).reshape(len(x), -1).any(axis=1)
-    return None, int(np.flatnonzero(row_bad)[0])
-
-
 def _first_bad_value(x: np.ndarray) -> Any:
     """The first element of ``x`` (one row) that is not exactly a uint8 value."""
     r = np.ascontiguousarray(x).ravel()
@@ -350,7 +336,7 @@ def import_diffusion_policy(
         if plan.converted and src_rb.n_steps:
             n = min(src_rb.n_steps, _object_rows(src_store, "data", key))
             first = src_store.read("data", key, 0, n)
-            u, row = _as_uint8_if_lossless(first)
+            u, row = as_uint8_if_lossless(first)
             if u is None:
                 kept_float[key] = (f"kept as {plan.src_dtype}: row {row} (episode "
                                    f"{_episode_of(src_rb, row)}) holds {_first_bad_value(first[row])!r}, "
@@ -470,7 +456,7 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
                         x = readers[key].take(start, stop)
                         p = plans[key]
                         if p.converted:
-                            u, row = _as_uint8_if_lossless(x)
+                            u, row = as_uint8_if_lossless(x)
                             if u is None:
                                 raise _NotLossless(key, ep, start + row,
                                                    f"holds {_first_bad_value(x[row])!r}, not an integer in 0..255")

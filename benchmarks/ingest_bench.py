@@ -1,8 +1,8 @@
 """Ingest: importing a diffusion-policy store vs the encode floor vs a naive per-episode writer.
 
 *Encode floor*: encoding every frame (uint8, the same lossless WebP settings) with imagecodecs on a
-thread pool of the same size replaybuf's codec pipeline uses — nothing else (no source decoding, no
-writing).  *Naive*: zarr-python ``resize`` + slice-assign per episode into arrays with the same
+thread pool of the same size as replaybuf's codec pool (one thread per CPU) — nothing else (no source
+decoding, no checking, no writing).  *Naive*: zarr-python ``resize`` + slice-assign per episode into arrays with the same
 chunks, shards and codecs, timed on the first episodes and scaled per frame.  Peak RSS is that of the
 import run in a subprocess.
 """
@@ -49,13 +49,13 @@ def _image_key(rb: ReplayBuffer) -> str:
 
 def encode_floor(src: Path, dst: Path, n_frames: int) -> float:
     """Seconds to encode ``n_frames`` frames (read from the imported store) with the store's WebP
-    settings on a thread pool of the codec pipeline's size (asyncio's default: min(32, cpus + 4))."""
+    settings on a thread pool of replaybuf's codec-pool size (one thread per CPU)."""
     rb = ReplayBuffer.create_from_path(dst)
     key = _image_key(rb)
     codec = rb.get_compressors()[key]
     assert isinstance(codec, WebPCodec)
     frames = rb.read_ranges(key, [0], [n_frames])[0]
-    workers = min(32, (os.cpu_count() or 1) + 4)
+    workers = os.cpu_count() or 1
     t = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda f: imagecodecs.webp_encode(f, level=codec.level, lossless=codec.lossless),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numcodecs
@@ -31,6 +30,7 @@ from replaybuf_core.errors import CorruptStoreError
 
 from .chunk_cache import ChunkCache
 from .layout import ShardLayout, chunk_layout
+from .pool import PARALLEL_MIN, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 
@@ -167,19 +167,6 @@ class _Fetcher:
         return None if buf is None else buf.as_numpy_array()[start:stop].tobytes()
 
 
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
-PARALLEL_DECODE_MIN = 8
-
-
-def _decode_pool() -> ThreadPoolExecutor:
-    """A process-wide thread pool for decoding (codecs release the GIL); rebuilt after a fork."""
-    global _POOL
-    if _POOL is None or _POOL[0] != os.getpid():
-        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
-                                                 thread_name_prefix="replaybuf-decode"))
-    return _POOL[1]
-
-
 class ChunkReader:
     """Reads row ranges of one zarr array through its chunks; build it with :func:`make_reader`.
 
@@ -278,7 +265,7 @@ class ChunkReader:
         if stop > start:
             c0 = self.chunk_shape[0]
             coords = [(t,) + inner for t in range(start // c0, (stop - 1) // c0 + 1) for inner in self._inner_coords]
-            if len(coords) >= PARALLEL_DECODE_MIN:
+            if len(coords) >= PARALLEL_MIN:
                 self._read_into(out, start, stop, self.chunks(coords))  # decoded in parallel
                 return out
         self._read_into(out, start, stop)
@@ -324,18 +311,7 @@ class ChunkReader:
                 out[c] = hit
         if missing:
             raws = [self._raw_chunk(c) for c in missing]
-            n_workers = os.cpu_count() or 1
-            if len(missing) >= PARALLEL_DECODE_MIN and n_workers > 1:
-                # one task per worker (a submit costs ~40 µs, more than decoding a small chunk)
-                parts = [raws[i::n_workers] for i in range(n_workers)]
-                cparts = [missing[i::n_workers] for i in range(n_workers)]
-                done = list(_decode_pool().map(
-                    lambda pc: [self._decode_or_fill(r, c) for r, c in zip(*pc)], zip(parts, cparts)))
-                decoded = [None] * len(raws)
-                for i, part in enumerate(done):
-                    decoded[i::n_workers] = part
-            else:
-                decoded = [self._decode_or_fill(r, c) for r, c in zip(raws, missing)]
+            decoded = parallel_map(self._decode_or_fill, raws, missing)
             for c, d in zip(missing, decoded):
                 d.flags.writeable = False  # cached and handed out as views
                 out[c] = d

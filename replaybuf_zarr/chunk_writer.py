@@ -21,8 +21,8 @@ from typing import Any, Callable
 import numpy as np
 import zarr
 
-from .chunk_reader import _decode_pool
 from .layout import ShardLayout, chunk_layout
+from .pool import parallel_map
 
 _EMPTY = 2**64 - 1
 
@@ -139,15 +139,7 @@ class ChunkWriter:
                 padded[: len(part)] = part
                 part = padded
             chunks.append(part)
-        workers = os.cpu_count() or 1
-        if len(chunks) >= 8 and workers > 1:
-            parts = [chunks[i::workers] for i in range(workers)]
-            done = list(_decode_pool().map(lambda p: [self._encode(c) for c in p], parts))
-            encoded: list = [None] * len(chunks)
-            for i, part in enumerate(done):
-                encoded[i::workers] = part
-        else:
-            encoded = [self._encode(c) for c in chunks]
+        encoded = parallel_map(self._encode, chunks)
         first = start // c0
         if self._shard is None:
             for i, data in enumerate(encoded):

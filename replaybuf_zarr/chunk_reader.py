@@ -35,13 +35,17 @@ from .pool import PARALLEL_MIN, parallel_map
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 
 
-def _blosc_decompress(data: Any) -> bytes:
-    """Blosc-decompress after checking the frame's own size field (bytes 12..16 of the Blosc header,
-    the compressed size): a truncated chunk would otherwise decode to wrong values silently."""
+def _blosc_decompress(data: Any, dest: Any = None) -> Any:
+    """Blosc-decompress (into ``dest`` when given) after checking the frame's own size field (bytes
+    12..16 of the Blosc header, the compressed size): a truncated chunk would otherwise decode to wrong
+    values silently."""
     view = memoryview(data)
     if len(view) < 16 or int.from_bytes(view[12:16], "little") != len(view):
         declared = int.from_bytes(view[12:16], "little") if len(view) >= 16 else "?"
         raise ValueError(f"truncated or damaged Blosc chunk: {len(view)} bytes stored, header says {declared}")
+    if dest is not None:
+        numcodecs.blosc.decompress(data, dest)
+        return dest
     return numcodecs.blosc.decompress(data)
 
 
@@ -79,6 +83,13 @@ def _array_decoder(codecs: Sequence[Any], chunk_shape: tuple[int, ...], dtype: n
             return None
         order = "<" if serializer.endian is None or serializer.endian.value == "little" else ">"
         stored = dtype.newbyteorder(order) if dtype.itemsize > 1 else dtype
+        if decoders == [_blosc_decompress]:  # the common case: decompress straight into the array
+            def decode_blosc(data: Any) -> np.ndarray:
+                out = np.empty(chunk_shape, dtype=stored)
+                _blosc_decompress(data, out)
+                return out.astype(dtype, copy=False)
+
+            return decode_blosc
 
         def to_array(b: Any) -> np.ndarray:
             return np.frombuffer(b, dtype=stored).reshape(chunk_shape).astype(dtype, copy=False)
@@ -261,9 +272,16 @@ class ChunkReader:
         """Rows ``[start, stop)`` (``0 <= start <= stop <= shape[0]``) as a new ndarray."""
         if self._pinned is not None:
             return self._pinned[start:stop].copy()
+        c0 = self.chunk_shape[0]
+        if (self._cache.max_bytes == 0 and start % c0 == 0 and stop - start == c0
+                and self._inner_coords == [()] and self.chunk_shape[1:] == self.shape[1:]):
+            chunk = self.chunk((start // c0,) + (0,) * (len(self.shape) - 1))  # a whole chunk, not cached:
+            if chunk.flags.owndata:  # decoded into its own array: hand it out as it is
+                chunk.flags.writeable = True
+                return chunk
+            return chunk.copy()
         out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
         if stop > start:
-            c0 = self.chunk_shape[0]
             coords = [(t,) + inner for t in range(start // c0, (stop - 1) // c0 + 1) for inner in self._inner_coords]
             if len(coords) >= PARALLEL_MIN:
                 self._read_into(out, start, stop, self.chunks(coords))  # decoded in parallel

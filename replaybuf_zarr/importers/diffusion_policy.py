@@ -177,26 +177,27 @@ class _NotLossless(Exception):
 class _RowReader:
     """Serve increasing row ranges ``[start, stop)`` of one array, reading it in blocks aligned to
     ``block`` rows (its chunk / shard length) so each stored object is decoded once.  Holds at most
-    one block plus one range."""
+    the blocks overlapping the current range; hands out copies, so no caller keeps a block alive."""
 
     def __init__(self, store: Any, group: str, name: str, n_rows: int, block: int):
         self._s, self._g, self._n = store, group, name
         self._rows = int(n_rows)
         self._block = max(1, int(block))
-        self._buf: np.ndarray | None = None
-        self._start = 0
+        self._blocks: list[tuple[int, np.ndarray]] = []
         self._end = 0
 
     def take(self, start: int, stop: int) -> np.ndarray:
-        if self._buf is None or start < self._start:
-            self._buf, self._start, self._end = None, start, start
-        if stop > self._end:
-            new_end = min(self._rows, -(-stop // self._block) * self._block)
-            fresh = self._s.read(self._g, self._n, self._end, new_end)
-            keep = self._buf[start - self._start:] if self._buf is not None else None
-            self._buf = fresh if keep is None or len(keep) == 0 else np.concatenate([keep, fresh])
-            self._start, self._end = start, new_end
-        return self._buf[start - self._start: stop - self._start]
+        if self._blocks and start < self._blocks[0][0]:
+            self._blocks, self._end = [], 0
+        if not self._blocks:
+            self._end = (start // self._block) * self._block
+        while self._end < stop:
+            new_end = min(self._rows, self._end + self._block)
+            self._blocks.append((self._end, self._s.read(self._g, self._n, self._end, new_end)))
+            self._end = new_end
+        self._blocks = [(b0, b) for b0, b in self._blocks if b0 + len(b) > start]
+        parts = [b[max(start, b0) - b0: min(stop, b0 + len(b)) - b0] for b0, b in self._blocks if b0 < stop]
+        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
 
 def _object_rows(store: Any, group: str, name: str) -> int:
@@ -337,10 +338,12 @@ def import_diffusion_policy(
             n = min(src_rb.n_steps, _object_rows(src_store, "data", key))
             first = src_store.read("data", key, 0, n)
             u, row = as_uint8_if_lossless(first)
-            if u is None:
+            del u  # only the verdict matters; the import reads the source again, streaming
+            if row >= 0:
                 kept_float[key] = (f"kept as {plan.src_dtype}: row {row} (episode "
                                    f"{_episode_of(src_rb, row)}) holds {_first_bad_value(first[row])!r}, "
                                    "not an integer in 0..255")
+            del first
     while True:
         try:
             result = _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float,

@@ -351,6 +351,10 @@ class ReplayBuffer:
             ck, codec, shards = self._resolve_layout(key, dst, chunks.get(key), compressors.get(key, "__source__"))
             copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps,
                        chunks=ck, codec=codec, shards=shards)
+        for group in ("data", "meta"):  # provenance (e.g. an import's conversions) travels along
+            attrs = self._store.get_attrs(group)
+            if attrs:
+                dst.set_attrs(group, attrs)
         if not dst.has_array("meta", EPISODE_ENDS):
             self._ensure_episode_ends(dst)
         dst.resize("meta", EPISODE_ENDS, self._n_ep)

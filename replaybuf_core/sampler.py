@@ -98,6 +98,13 @@ def downsample_mask(mask, max_n: int | None, seed: int = 0) -> np.ndarray:
     return out
 
 
+def _sample_dtype(dtype) -> np.dtype:
+    """The dtype of sampled arrays: strings (zarr's ``StringDType`` / fixed-width) come out as
+    ``object`` arrays of ``str``, as every backend's reads return them."""
+    dtype = np.dtype(dtype)
+    return np.dtype(object) if dtype.kind in "TU" else dtype
+
+
 def _pad_value(dtype: np.dtype):
     """Value of "zero" padding: 0, False, "" (b"" for bytes)."""
     if dtype.kind in "OUT":
@@ -302,7 +309,7 @@ class SequenceSampler:
         window (edge padding is exactly that clamp), then "zero" pads and unread ``key_first_k`` slots
         are overwritten — one gather per key instead of a Python loop over windows."""
         b, s = rows.shape[0], self.sequence_length
-        dtype = np.dtype(arr_like.dtype)
+        dtype = _sample_dtype(arr_like.dtype)
         k = self.key_first_k.get(key, s)
         # unread key_first_k slots of a 0-filled kind come for free from calloc'd pages (no write)
         zero_tail = k < s and dtype.kind in "biu"
@@ -381,7 +388,7 @@ class SequenceSampler:
 
     def _assemble_one(self, k: int, ss: int, se: int, chunk, arr_like) -> np.ndarray:
         """One window of one key (fast path of ``__getitem__``)."""
-        dtype = np.dtype(arr_like.dtype)
+        dtype = _sample_dtype(arr_like.dtype)
         out = np.empty((self.sequence_length,) + tuple(arr_like.shape[1:]), dtype=dtype)
         self._fill_window(out, k, ss, se, chunk, dtype)
         return out

@@ -36,8 +36,9 @@ class EpisodeWriter:
 
     ``add_episode`` validates like ``ReplayBuffer.add_episode`` (same errors, nothing staged on error).
     ``flush()`` writes everything staged, including partial objects, and commits every staged episode;
-    ``close()`` (and leaving the ``with`` block normally) flushes.  Leaving the block by an exception
-    flushes only what is aligned and committed — staged episodes not yet written are discarded.
+    ``close()`` and leaving the ``with`` block flush.  Leaving the block by an exception (Ctrl-C, a
+    camera error) still writes and commits the episodes already added — they were validated and are
+    complete — and then re-raises; only when that flush fails too are the uncommitted rows dropped.
     """
 
     def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
@@ -98,8 +99,11 @@ class EpisodeWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
-        else:
-            self._closed = True
+            return
+        self._closed = True
+        try:  # keep every complete episode the caller handed over
+            self.flush()
+        except BaseException:
             self._trim_uncommitted()
 
     # -- internals ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
+from replaybuf_core import locking
 from replaybuf_core.errors import ReadOnlyError
 from replaybuf_core.protocol import (
     CAP_BATCHED_READ,
@@ -180,7 +181,10 @@ class ZarrBackend:
         if cached is not None:
             return cached
         try:
-            arr = self._group(group)[name]
+            # every chunk is stored, even one equal to the fill value (zarr 3 skips those by default):
+            # `verify` can then tell a deleted chunk from one never written
+            with zarr.config.set({"array.write_empty_chunks": True}):
+                arr = self._group(group)[name]
         except KeyError:
             raise KeyError(f"no array {group}/{name} in the zarr store") from None
         except (ValueError, TypeError, RuntimeError) as exc:
@@ -489,6 +493,10 @@ class ZarrEntrypoint(BackendEntrypoint):
                         and not (path / ".zgroup").exists() and any(path.iterdir()):
                     raise FileExistsError(f"{path} exists and is not a zarr store; refusing to replace it")
                 if if_exists == "replace" and path.exists():
+                    if path.is_dir():  # never replace a store another process is writing to
+                        held = locking.acquire(path)  # StoreLockedError names the holder
+                        if held is not None:
+                            held.release()
                     shutil.rmtree(path)
                 store = open_store(path, read_only=False)
             mode = {"replace": "w", "append": "a", "raise": "w-"}.get(if_exists)

@@ -17,7 +17,8 @@ def register_synth(sub) -> None:
                        description="Generate a synthetic multimodal imitation-learning data set into a "
                                    "zarr store, plus a PNG of all trajectories beside it.")
     p.add_argument("task", choices=TASK_NAMES, metavar="TASK", help=f"one of {', '.join(TASK_NAMES)}")
-    p.add_argument("out", metavar="OUT.zarr", help="output store directory (replaced if it is a zarr store)")
+    p.add_argument("out", metavar="OUT.zarr", help="output store directory (must not exist unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing zarr store at OUT.zarr")
     p.add_argument("--episodes", type=int, default=1000, help="number of episodes (default 1000)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--image-size", type=int, default=64, help="frame side in pixels (default 64)")
@@ -38,7 +39,7 @@ def run_synth(args) -> int:
                              image_size=args.image_size, num_modes=args.modes, trajectory_length=args.length,
                              noise_std=args.noise, num_styles=args.styles)
     fps = None if args.frames_per_shard == 0 else args.frames_per_shard
-    rb, png = create_replay_buffer_from_synthetic(schema, image_frames_per_shard=fps)
+    rb, png = create_replay_buffer_from_synthetic(schema, image_frames_per_shard=fps, overwrite=args.overwrite)
     print(f"wrote {schema.zarr_path}: {rb.n_episodes} episodes, {rb.n_steps} steps, task {args.task}")
     codecs = rb.get_compressors()
     for key in rb.keys():

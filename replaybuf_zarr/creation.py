@@ -70,18 +70,28 @@ def create_zarr_replay_buffer(
     image_codec: Any = None,
     numeric_compressor: Any = "default",
     progress: bool = True,
+    overwrite: bool = False,
 ) -> ReplayBuffer:
     """Write every episode of ``episodes`` into a new zarr store at ``schema.zarr_path``.
 
-    Opens a ``LocalStore`` there (replacing an existing zarr store), creates ``data``/``meta`` and the
+    Opens a ``LocalStore`` there (an existing store is replaced only with ``overwrite=True``, and never
+    while another process holds its writer lock), creates ``data``/``meta`` and the
     arrays (:func:`create_zarr_arrays`), validates each episode against the schema before staging it
     (ValueError naming the episode index and key; nothing of that episode is written) and appends
     through :meth:`ReplayBuffer.writer`, so each chunk/shard is written once.  A tqdm progress bar
     runs when ``total_episodes`` is known, and a log line every 50 episodes.  Zero episodes give a valid
     empty buffer.  Returns the buffer (writable).
+
+    Raises:
+        FileExistsError: ``schema.zarr_path`` exists and ``overwrite`` is False (or it is not a zarr
+            store).  StoreLockedError: another process is writing to it.
+        ValueError / TypeError: a bad episode (see above), bad ``image_frames_per_shard``.
     """
     validate_image_frames_per_shard(image_frames_per_shard)
     resolve_compressor(numeric_compressor)
+    if schema.zarr_path.exists() and not overwrite:
+        raise FileExistsError(f"{schema.zarr_path} already exists; pass overwrite=True (CLI: --overwrite) "
+                              "to replace it")
     backend = ZarrEntrypoint().create(schema.zarr_path, if_exists="replace")
     create_zarr_arrays(backend.native_group("data"), schema, image_codec=image_codec,
                        numeric_compressor=numeric_compressor, image_frames_per_shard=image_frames_per_shard)

@@ -20,6 +20,7 @@ def create_replay_buffer_from_synthetic(
     schema: SyntheticSchema,
     image_frames_per_shard: int | None = DEFAULT_IMAGE_FRAMES_PER_SHARD,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> tuple[ReplayBuffer, Path]:
     """Generate ``schema``'s episodes into a zarr store at ``schema.zarr_path`` and save the trajectory
     plot ``<stem>_trajectories.png`` beside it.
@@ -29,8 +30,12 @@ def create_replay_buffer_from_synthetic(
 
     Raises:
         TypeError / ValueError: bad ``image_frames_per_shard`` — before anything is written.
+        FileExistsError: the store exists and ``overwrite`` is False.
     """
     validate_image_frames_per_shard(image_frames_per_shard)
+    if schema.zarr_path.exists() and not overwrite:
+        raise FileExistsError(f"{schema.zarr_path} already exists; pass overwrite=True (CLI: --overwrite) "
+                              "to replace it")
     recorder = schema.trajectory_recorder()
 
     def episodes():
@@ -41,6 +46,6 @@ def create_replay_buffer_from_synthetic(
     dataset = DatasetSchema(schema.zarr_path, schema.array_specs())
     rb = create_zarr_replay_buffer(dataset, episodes(), total_episodes=schema.num_episodes,
                                    image_frames_per_shard=image_frames_per_shard,
-                                   image_codec=SYNTHETIC_IMAGE_CODEC, progress=progress)
+                                   image_codec=SYNTHETIC_IMAGE_CODEC, progress=progress, overwrite=overwrite)
     png = recorder.save(schema.trajectory_plot_path())
     return rb, Path(png)

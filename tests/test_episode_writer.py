@@ -41,10 +41,23 @@ def test_writer_rejects_bad_episode_and_stages_nothing():
     assert rb.n_episodes == 1 and rb.n_steps == 3
 
 
-def test_error_inside_the_block_keeps_only_committed_episodes():
+def test_a_failing_flush_leaves_nothing_past_the_committed_episodes(monkeypatch):
     rb = ReplayBuffer.create_empty("zarr")
     with pytest.raises(RuntimeError):
         with rb.writer(chunks={"x": (100, 2)}) as w:
             w.add_episode({"x": np.zeros((3, 2), "f4")})
+            monkeypatch.setattr(rb.store, "write", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
             raise RuntimeError("recording failed")
-    assert rb["x"].shape[0] == rb.n_steps  # nothing past the committed episodes
+    monkeypatch.undo()
+    assert rb.n_episodes == 0 and rb["x"].shape[0] == rb.n_steps == 0
+
+
+def test_an_interrupted_block_keeps_every_episode_already_added():
+    rb = ReplayBuffer.create_empty("zarr")
+    with pytest.raises(KeyboardInterrupt):
+        with rb.writer(chunks={"x": (100, 2)}) as w:
+            for i in range(3):
+                w.add_episode({"x": np.full((4, 2), i, "f4")})
+            raise KeyboardInterrupt
+    assert rb.n_episodes == 3
+    np.testing.assert_array_equal(rb.get_episode(2)["x"], np.full((4, 2), 2, "f4"))

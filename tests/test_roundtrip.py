@@ -208,3 +208,14 @@ def test_save_replace_drops_keys_the_new_buffer_lacks():
     assert got.keys() == ["x"]
     assert_buffer_equal(got, [{"x": np.arange(2.0)}])
 
+
+
+def test_group_attributes_travel_with_copies(tmp_path):
+    from replaybuf_core import ReplayBuffer as RB
+
+    rb = RB.create_empty_zarr()
+    rb.add_episode({"x": np.zeros((3, 2), "f4")})
+    rb.store.set_attrs("data", {"conversions": {"x": {"source_dtype": "float64"}}})
+    rb.save_to_path(tmp_path / "a.zarr")
+    again = RB.copy_from_path(tmp_path / "a.zarr")
+    assert again.store.get_attrs("data")["conversions"] == {"x": {"source_dtype": "float64"}}

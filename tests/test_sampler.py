@@ -150,7 +150,13 @@ def brute_window(buffer_data, episode_ends, row, S, pad_mode, key_first_k):
 
 
 def all_data(buffer):
-    return {k: np.asarray(buffer[k][0 : buffer[k].shape[0]]) for k in buffer.keys()}
+    """Every key's stored rows; strings as ``object`` arrays of ``str`` (what the sampler returns on
+    every backend, also where the native array is zarr's ``StringDType``)."""
+    out = {}
+    for k in buffer.keys():
+        a = np.asarray(buffer[k][0: buffer[k].shape[0]])
+        out[k] = a.astype(object) if a.dtype.kind in "TU" else a
+    return out
 
 
 def assert_window_equal(got, want):

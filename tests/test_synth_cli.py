@@ -66,3 +66,46 @@ def test_cli_synth_subprocess(tmp_path):
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "s_trajectories.png").exists()
     assert ReplayBuffer.create_from_path(out).n_episodes == 4
+
+
+def test_synth_output_verifies_clean(tmp_path):
+    """All-zero arrays (context of the circle task) still store every chunk, so verify finds none missing."""
+    from replaybuf_core.verify import verify_store
+
+    out = tmp_path / "v.zarr"
+    assert main(["synth", "circle", str(out), "--episodes", "6", "--length", "10"]) == 0
+    problems = verify_store(out)
+    assert not [p for p in problems if p.level == "error"], problems
+
+
+def test_synth_refuses_an_existing_store_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "o.zarr"
+    assert main(["synth", "circle", str(out), "--episodes", "3", "--length", "10"]) == 0
+    assert main(["synth", "radial", str(out), "--episodes", "2", "--length", "10"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert ReplayBuffer.create_from_path(out).n_episodes == 3  # untouched
+    assert main(["synth", "radial", str(out), "--episodes", "2", "--length", "10", "--overwrite"]) == 0
+    assert ReplayBuffer.create_from_path(out).n_episodes == 2
+
+
+def test_synth_never_replaces_a_store_another_process_writes_to(tmp_path, capsys):
+    out = tmp_path / "l.zarr"
+    assert main(["synth", "circle", str(out), "--episodes", "2", "--length", "10"]) == 0
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from replaybuf_core import ReplayBuffer; rb = ReplayBuffer(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(30)"), str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["synth", "circle", str(out), "--episodes", "1", "--length", "10", "--overwrite"]) == 2
+        assert "open for writing by process" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert ReplayBuffer.create_from_path(out).n_episodes == 2
+
+
+def test_cli_reports_os_errors_without_a_traceback(tmp_path, capsys):
+    a_file = tmp_path / "afile.txt"
+    a_file.write_text("x")
+    assert main(["synth", "circle", str(a_file / "out.zarr"), "--episodes", "1", "--length", "5"]) == 2
+    assert "error:" in capsys.readouterr().err

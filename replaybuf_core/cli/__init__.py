@@ -40,7 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
+    except KeyboardInterrupt:
+        print(f"replaybuf {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except KeyError as exc:  # str(KeyError) keeps the quotes: show the message itself
+        print(f"replaybuf {args.command}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
         print(f"replaybuf {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -136,9 +137,10 @@ def reload_backends() -> None:
 
 def _installed_text() -> str:
     names = ", ".join(sorted(_backends())) or "none"
+    hint = "" if "hdf5" in _backends() else " (e.g. `pip install ./plugins/replaybuf-hdf5`)"
     return (
-        f"installed backends: {names}. Backends come from the 'replaybuf' entry-point group; "
-        "install a backend package (e.g. `pip install ./plugins/replaybuf-hdf5`) to add one"
+        f"installed backends: {names}; backends come from the 'replaybuf' entry-point group — install "
+        f"a backend package{hint} to add one"
     )
 
 
@@ -169,9 +171,13 @@ def guess_backend(obj: Any) -> BackendEntrypoint:
                 return info.entrypoint
         except Exception as exc:  # a buggy guess must not hide the other backends
             logger.warning("backend %s raised in guess_can_open: %s", info.name, exc)
-    raise BackendNotFoundError(
-        f"no replaybuf backend can open {type(obj).__name__} {obj!r:.200}; {_installed_text()}"
-    )
+    if isinstance(obj, (str, os.PathLike)):
+        what = f"{os.fspath(obj)}: not a store any installed backend recognises"
+        if not os.path.exists(os.path.expanduser(os.fspath(obj))):
+            what = f"{os.fspath(obj)}: no such file or directory"
+    else:
+        what = f"no replaybuf backend can open a {type(obj).__name__} ({obj!r:.120})"
+    raise BackendNotFoundError(f"{what}; {_installed_text()}")
 
 
 def open_backend(obj: Any, *, backend: str | None = None, read_only: bool = False):

@@ -16,12 +16,6 @@ from pathlib import Path
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import LineCollection
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Circle as CirclePatch
-from matplotlib.patches import Patch, Rectangle
 
 from .shapes import Circle, Obstacle
 
@@ -88,6 +82,14 @@ def plot_trajectories(
         ValueError: a positions array is not ``(T, 2)``, the two iterables differ in length,
             or a mode is negative or ``>= num_modes``.
     """
+    # matplotlib is imported only when a plot is drawn (it costs ~0.3 s to import)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Circle as CirclePatch
+    from matplotlib.patches import Patch, Rectangle
+
     positions: List[np.ndarray] = []
     for i, pos in enumerate(episodes_positions):
         arr = np.asarray(pos, dtype=np.float64)

@@ -130,3 +130,30 @@ def test_create_zarr_arrays_refuses_existing_names(tmp_path):
     create_zarr_arrays(g, schema, image_frames_per_shard=None)
     with pytest.raises(FileExistsError):
         create_zarr_arrays(g, schema)
+
+
+def test_webp_settings_survive_copy_save_rechunk_and_set_compressors(tmp_path):
+    from zarr.storage import MemoryStore
+
+    from replaybuf_core import ReplayBuffer
+    from replaybuf_zarr import rechunk_recompress_array
+
+    codec = WebPCodec(level=70, lossless=False)
+    schema = DatasetSchema(tmp_path / "w.zarr", SPECS)
+    rb = create_zarr_replay_buffer(schema, [_episode(6, 0), _episode(5, 1)], image_frames_per_shard=4,
+                                   image_codec=codec, progress=False)
+    copied = ReplayBuffer.copy_from_store(tmp_path / "w.zarr", store=MemoryStore())
+    assert copied.get_compressors()["img"] == codec
+    rb.save_to_path(tmp_path / "s.zarr")
+    saved = ReplayBuffer.create_from_path(tmp_path / "s.zarr")
+    assert saved.get_compressors()["img"] == codec and saved.store.shards("data", "img") == (4, 8, 8, 3)
+    copied.set_chunks({"pos": (8, 2)})
+    assert copied.get_compressors()["img"] == codec
+    lossless = WebPCodec(level=99, lossless=True)
+    before = copied.get_episode(1)["img"]
+    copied.set_compressors({"img": lossless})
+    assert copied.get_compressors()["img"] == lossless
+    np.testing.assert_array_equal(copied.get_episode(1)["img"], before)  # re-encoding lossless keeps bits
+    arr = rechunk_recompress_array(zarr.open_group(tmp_path / "s.zarr", mode="r+")["data"], "pos", chunk_length=3)
+    assert arr.chunks == (3, 2)
+    assert ReplayBuffer.create_from_path(tmp_path / "s.zarr").get_compressors()["img"] == codec

@@ -1,4 +1,5 @@
-"""Step → episode index: ``ReplayBuffer.get_episode_idxs`` on 10 M steps / 100 k episodes vs np.repeat."""
+"""Step → episode index: ``ReplayBuffer.get_episode_idxs`` on 10 M steps / 100 k episodes vs np.repeat;
+and the sampler's window table (``create_indices``) on the same episodes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 import numpy as np
 
 from replaybuf_core import ReplayBuffer, get_episode_idxs
+from replaybuf_core.sampler_indices import create_indices
 
 from .common import Table, median_time
 
@@ -34,3 +36,6 @@ def run(table: Table, smoke: bool) -> None:
     table.ratio("index", "first call / np.repeat", r, "<= 1.5", r <= 1.5)
     r2 = t_fn / t_repeat
     table.ratio("index", "uncached function / np.repeat", r2, "<= 1.5", r2 <= 1.5)
+    create_indices(ends[:10], 16, None, pad_before=1, pad_after=7)  # load the compiled kernel
+    t_windows = median_time(lambda: create_indices(ends, 16, None, pad_before=1, pad_after=7), 3)
+    table.add("index", "create_indices (seq 16, pads 1/7) same episodes", t_windows * 1e3, "ms")

@@ -202,3 +202,17 @@ def read_rows_via_ranges(store: StorageBackend, group: str, name: str, rows: np.
     data = np.concatenate(parts) if len(parts) > 1 else np.asarray(parts[0])
     out[...] = data[np.searchsorted(uniq, rows)]
     return out
+
+
+def begin_write(group: str, name: str, arr: Any, start: int, values: np.ndarray) -> int | None:
+    """The common head of a backend's ``write``: a 0-d array or value (a meta scalar) is assigned
+    whole here and None returned; otherwise the rows are checked (:func:`check_row_region`) and
+    ``stop`` returned for the caller to write ``arr[start:stop] = values``.
+
+    Raises:
+        IndexError: the rows do not exist.
+    """
+    if values.ndim == 0 or len(arr.shape) == 0:
+        arr[...] = values
+        return None
+    return check_row_region(group, name, arr.shape[0], start, len(values))

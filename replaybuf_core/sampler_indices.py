@@ -13,8 +13,8 @@ Two implementations are kept:
 :func:`create_indices` uses the numba kernel, which measured faster: on 100k
 episodes of 1..199 steps (sequence_length 16, pad_before 1, pad_after 7,
 9.3M windows, 2-core shared machine) about 165 ms for the kernel against
-about 300-550 ms for the NumPy form (``tests/test_sampler.py::
-test_measure_create_indices_100k_episodes`` prints both). Loading the
+about 300-550 ms for the NumPy form (measured once; ``python -m benchmarks`` reports the kernel's
+time). Loading the
 cached kernel costs about 0.4 s once per process (a few seconds on the
 first compile). The NumPy form is kept as an independent cross-check in the
 tests.

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.errors import ReadOnlyError
-from replaybuf_core.protocol import GROUPS, BackendEntrypoint, check_row_region
+from replaybuf_core.protocol import GROUPS, BackendEntrypoint, begin_write
 
 
 def _zeros(shape: tuple[int, ...], dtype: np.dtype, fill_value: Any) -> np.ndarray:
@@ -147,10 +147,9 @@ class NumpyBackend:
         self._check_writable()
         arr = self.get_array(group, name)
         values = np.asarray(values)
-        if values.ndim == 0 or arr.ndim == 0:  # a meta scalar
-            arr[...] = values
+        stop = begin_write(group, name, arr, start, values)
+        if stop is None:  # a meta scalar, written whole
             return
-        stop = check_row_region(group, name, arr.shape[0], start, len(values))
         arr[start:stop] = values
 
     def read(self, group, name, start, stop, step=None):

@@ -7,4 +7,5 @@ from .backend import NumpyEntrypoint
 
 @hookimpl
 def replaybuf_backends():
+    """Hook: the backend entry-point classes of this package."""
     return [NumpyEntrypoint]

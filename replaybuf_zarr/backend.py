@@ -28,7 +28,7 @@ from replaybuf_core.protocol import (
     CAP_SHARDS,
     GROUPS,
     BackendEntrypoint,
-    check_row_region,
+    begin_write,
     read_rows_via_ranges,
 )
 
@@ -289,10 +289,9 @@ class ZarrBackend:
         self._check_writable()
         arr = self.get_array(group, name)
         values = np.asarray(values)
-        if values.ndim == 0 or arr.ndim == 0:  # a meta scalar
-            arr[...] = values
+        stop = begin_write(group, name, arr, start, values)
+        if stop is None:  # a meta scalar, written whole
             return
-        stop = check_row_region(group, name, arr.shape[0], start, len(values))
         self._readers.pop((group, name), None)  # its cached chunks are stale now
         key = (group, name)
         if key not in self._writers:

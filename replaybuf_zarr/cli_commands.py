@@ -13,6 +13,7 @@ def _store_bytes(path) -> int:
 
 
 def register_synth(sub) -> None:
+    """Add ``synth`` to the ``replaybuf`` sub-parser action ``sub``."""
     p = sub.add_parser("synth", help="generate a synthetic multimodal task data set (no download needed)",
                        description="Generate a synthetic multimodal imitation-learning data set into a "
                                    "zarr store, plus a PNG of all trajectories beside it.")
@@ -31,6 +32,8 @@ def register_synth(sub) -> None:
 
 
 def run_synth(args) -> int:
+    """Generate the data set described by ``args``; returns 0.  Raises ValueError/TypeError for bad
+    settings, FileExistsError for an existing output without ``--overwrite``."""
     from replaybuf_core.synthetic import SyntheticSchema
 
     from .synthetic import create_replay_buffer_from_synthetic

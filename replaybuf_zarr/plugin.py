@@ -7,11 +7,13 @@ from .backend import ZarrEntrypoint
 
 @hookimpl
 def replaybuf_backends():
+    """Hook: the backend entry-point classes of this package."""
     return [ZarrEntrypoint]
 
 
 @hookimpl
 def replaybuf_register_commands(subparsers):
+    """Hook: the CLI commands that need zarr (``synth``, ``import``)."""
     from .cli_commands import register_synth
     from .importers.cli import register_import
 

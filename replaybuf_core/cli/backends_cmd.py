@@ -8,12 +8,14 @@ from .. import registry
 
 
 def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
     p = sub.add_parser("backends", help="list installed storage backends")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    """Run the command with parsed ``args``; returns the exit code (0 ok, 1 failed check, 2 bad input)."""
     rows = [
         {"name": info.name, "distribution": info.distribution, "version": info.version,
          "capabilities": sorted(info.capabilities), "description": info.description}

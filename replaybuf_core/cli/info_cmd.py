@@ -6,6 +6,7 @@ import json
 
 
 def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
     p = sub.add_parser("info", help="summarise a replay buffer (read-only)",
                        description="Episodes, steps, episode lengths and, per data key, shape, dtype, "
                                    "chunks, shards, codec, bytes stored and compression ratio.")
@@ -15,6 +16,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Run the command with parsed ``args``; returns the exit code (0 ok, 1 failed check, 2 bad input)."""
     from ..inspect import buffer_info, format_info
 
     info = buffer_info(args.path)

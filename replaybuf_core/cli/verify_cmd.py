@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
     p = sub.add_parser("verify", help="check a replay buffer's integrity (read-only)",
                        description="Check episode_ends, array lengths, that every chunk decodes (and, on "
                                    "zarr, that no chunk/shard file is missing); NaN/inf are notes.  Exit 0 "
@@ -16,6 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Run the command with parsed ``args``; returns the exit code (0 ok, 1 failed check, 2 bad input)."""
     from ..verify import verify_store
 
     if getattr(args, "repair", False):

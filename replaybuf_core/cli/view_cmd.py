@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
     p = sub.add_parser("view", help="PNG of one episode: frames grid and numeric plots (read-only)",
                        description="Write a PNG of one episode: up to --frames evenly spaced frames of an "
                                    "image key, and a line plot per numeric key.")
@@ -16,6 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Run the command with parsed ``args``; returns the exit code (0 ok, 1 failed check, 2 bad input)."""
     from ..view import render_episode
 
     try:

@@ -19,6 +19,7 @@ def register_import(sub) -> None:
 
 
 def register_diffusion_policy(formats) -> None:
+    """Add ``diffusion-policy`` to the ``import`` command's format sub-parser action ``formats``."""
     p = formats.add_parser(
         "diffusion-policy", help="diffusion_policy zarr v2/v3 replay buffer (directory or .zarr.zip)",
         description="Stream a diffusion_policy replay buffer into a new zarr v3 store: uint8 frames (and "
@@ -38,6 +39,7 @@ def register_diffusion_policy(formats) -> None:
 
 
 def run_diffusion_policy(args) -> int:
+    """Run the import described by ``args``; returns 0 when verified, 1 when a check failed."""
     from .diffusion_policy import import_diffusion_policy
 
     report = import_diffusion_policy(

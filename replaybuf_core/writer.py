@@ -3,14 +3,20 @@
 ``ReplayBuffer.add_episode`` writes every episode at once, so an episode that ends inside a chunk (or a
 256-frame shard) makes the next one read, decode, re-encode and rewrite that object.  The
 :class:`EpisodeWriter` stages episodes in memory and writes each data array in blocks aligned to its
-stored-object length; an episode is committed (``meta/episode_ends``) as soon as all of its rows are
-written, so the commit order of :mod:`replaybuf_core.buffer` holds: a crash loses only episodes not yet
+stored-object length; an episode is committed (``meta/episode_ends``) once all of its rows are
+stored, so the commit order of :mod:`replaybuf_core.buffer` holds: a crash loses only episodes not yet
 committed, and the rows written past ``episode_ends[-1]`` are trimmed when the store is next opened.
+
+Backends with the optional ``write_async`` verb (zarr) encode and store a block in the background
+while the caller stages the next episodes: at most two blocks are in flight, and an episode is
+committed when the writes holding its rows are done (seen at the next block or at ``flush``).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,6 +45,12 @@ class EpisodeWriter:
     ``close()`` and leaving the ``with`` block flush.  Leaving the block by an exception (Ctrl-C, a
     camera error) still writes and commits the episodes already added — they were validated and are
     complete — and then re-raises; only when that flush fails too are the uncommitted rows dropped.
+
+    With a backend that writes in the background (``write_async``), a block's encoding overlaps the
+    staging of the next episodes; episodes are committed once their rows are stored, at the latest by
+    the next block's ``add_episode`` or by ``flush``.  A failed background write makes the writer
+    unusable: that ``add_episode``/``flush`` raises it, later calls raise ``RuntimeError``, and the
+    uncommitted rows are dropped when the ``with`` block is left.
     """
 
     def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
@@ -54,6 +66,9 @@ class EpisodeWriter:
         self._ends: list[int] = []  # staged (uncommitted) episode ends
         self._staged_bytes = 0
         self._closed = False
+        self._durable: dict[str, int] = {}  # rows known to be stored per key
+        self._inflight: deque = deque()  # (futures, rows written per key once they are done)
+        self._failed: BaseException | None = None
 
     # -- public -----------------------------------------------------------------------------------
     @property
@@ -65,6 +80,7 @@ class EpisodeWriter:
         """Stage one episode (key → array (T, ...)); raises what ``ReplayBuffer.add_episode`` raises."""
         if self._closed:
             raise RuntimeError("this EpisodeWriter is closed")
+        self._check_not_failed()
         rb = self._rb
         if not self._written and not rb.keys():
             # the first episode of an empty buffer creates the arrays (through the buffer's rules)
@@ -84,6 +100,7 @@ class EpisodeWriter:
 
     def flush(self) -> None:
         """Write every staged row (partial objects included) and commit every staged episode."""
+        self._check_not_failed()
         if self._written:
             self._write(aligned=False)
 
@@ -107,6 +124,11 @@ class EpisodeWriter:
             self._trim_uncommitted()
 
     # -- internals ----------------------------------------------------------------------------------
+    def _check_not_failed(self) -> None:
+        if self._failed is not None:
+            raise RuntimeError(f"this EpisodeWriter stopped: a background write failed ({self._failed!r})") \
+                from self._failed
+
     def _check_keys(self, arrays: Mapping[str, np.ndarray]) -> None:
         missing = sorted(set(self._pending) - set(arrays))
         if missing:  # pragma: no cover - _validate_episode already compares with the stored keys
@@ -118,6 +140,7 @@ class EpisodeWriter:
         for key in rb.keys():
             self._pending[key] = []
             self._written[key] = rb.n_steps
+            self._durable[key] = rb.n_steps
             obj = None
             if CAP_SHARDS in s.capabilities:
                 shards = s.shards("data", key)
@@ -133,6 +156,9 @@ class EpisodeWriter:
         about one object deep; without ``aligned``, everything."""
         rb = self._rb
         s = rb.store
+        write_async = getattr(s, "write_async", None)
+        futures: list = []
+        wrote = False
         avail = {k: self._written[k] + sum(len(p) for p in parts) for k, parts in self._pending.items()}
         if aligned:
             stops = {k: (a // self._obj_len[k]) * self._obj_len[k] for k, a in avail.items()}
@@ -148,17 +174,46 @@ class EpisodeWriter:
             n = stop - start
             if s.shape("data", key)[0] < stop:
                 s.resize("data", key, stop)
-            s.write("data", key, start, block[:n])
+            if write_async is not None:
+                futures.append(write_async("data", key, start, block[:n]))
+            else:
+                s.write("data", key, start, block[:n])
             rest = block[n:]
             self._pending[key] = [rest] if len(rest) else []
             self._written[key] = stop
+            wrote = True
         self._staged_bytes = sum(
             sum(p.nbytes if p.dtype != object else 64 * p.size for p in parts) for parts in self._pending.values()
         )
+        if wrote:
+            self._inflight.append((futures, dict(self._written)))
+        self._settle(keep=1 if aligned else 0)
         self._commit()
 
+    def _settle(self, keep: int) -> None:
+        """Take in the finished background writes (oldest first), waiting until at most ``keep``
+        blocks are in flight.  A failed write stops the writer (after every write in flight ended)."""
+        while self._inflight:
+            futures, written = self._inflight[0]
+            if len(self._inflight) <= keep and not all(f.done() for f in futures):
+                return
+            wait(futures)
+            self._inflight.popleft()
+            for f in futures:
+                if f.exception() is not None:
+                    self._failed = f.exception()
+                    self._wait_all()
+                    raise self._failed
+            self._durable = written
+
+    def _wait_all(self) -> None:
+        while self._inflight:
+            wait(self._inflight.popleft()[0])
+
     def _commit(self) -> None:
-        done = min(self._written.values()) if self._written else self._rb.n_steps
+        if self._failed is not None:
+            return
+        done = min(self._durable.values()) if self._durable else self._rb.n_steps
         k = 0
         while k < len(self._ends) and self._ends[k] <= done:
             k += 1
@@ -168,6 +223,7 @@ class EpisodeWriter:
 
     def _trim_uncommitted(self) -> None:
         """After an error: drop rows written past the last committed episode (as opening would)."""
+        self._wait_all()
         rb = self._rb
         n = rb.n_steps
         for key in rb.keys():

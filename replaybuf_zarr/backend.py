@@ -10,6 +10,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from replaybuf_core.protocol import (
     GROUPS,
     BackendEntrypoint,
     begin_write,
+    check_row_region,
     read_rows_via_ranges,
 )
 
@@ -69,6 +71,8 @@ class ZarrBackend:
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._readers: dict[tuple[str, str], ChunkReader | None] = {}
         self._writers: dict[tuple[str, str], ChunkWriter | None] = {}
+        # background writes not known to be done: (group, name) -> [(start, stop, future)]
+        self._pending: dict[tuple[str, str], list[tuple[int, int, Future]]] = {}
         self._listing: dict[str, list[str]] = {}
         self._cache = ChunkCache(DEFAULT_CACHE_BYTES)
         self._reader_ids = itertools.count()
@@ -97,6 +101,7 @@ class ZarrBackend:
     def pin(self, group: str, name: str) -> bool:
         """Load ``group/name`` wholly into memory for later reads; False when the array's layout has
         no fast reader (reads then go through zarr-python)."""
+        self._settle((group, name))
         reader = self._reader(group, name)
         if reader is None:
             return False
@@ -104,6 +109,7 @@ class ZarrBackend:
         return True
 
     def _invalidate(self, group: str, name: str) -> None:
+        self._settle((group, name))
         self._listing.pop(group, None)
         self._arrays.pop((group, name), None)
         self._readers.pop((group, name), None)
@@ -273,6 +279,7 @@ class ZarrBackend:
         old = arr.shape[0]
         n_rows = int(n_rows)
         if n_rows < old:
+            self._settle((group, name))  # a background write finishing later would bring rows back
             # zarr keeps a partial chunk's stale rows past the new end; a later grow would bring
             # them back.  Overwrite them with the fill value before shrinking.
             obj = (arr.shards or arr.chunks)[0] if self.zarr_format == 3 else arr.chunks[0]
@@ -292,16 +299,78 @@ class ZarrBackend:
         stop = begin_write(group, name, arr, start, values)
         if stop is None:  # a meta scalar, written whole
             return
-        self._readers.pop((group, name), None)  # its cached chunks are stale now
         key = (group, name)
-        if key not in self._writers:
-            self._writers[key] = make_writer(arr)
-        writer = self._writers[key]
+        self._settle(key)  # zarr-python may rewrite an object a background write is storing
+        self._readers.pop(key, None)  # its cached chunks are stale now
+        writer = self._writer(key, arr)
         if writer is not None and writer.write(start, values):
             return
         arr[start:stop] = values
 
+    def _writer(self, key: tuple[str, str], arr: zarr.Array) -> ChunkWriter | None:
+        if key not in self._writers:
+            self._writers[key] = make_writer(arr)
+        return self._writers[key]
+
+    def write_async(self, group: str, name: str, start: int, values: np.ndarray) -> Future:
+        """Optional protocol method: start writing ``values`` (shape ``(n, ...)``) to rows
+        ``[start, start + n)`` and return a ``concurrent.futures.Future`` that is done once they are
+        stored (its exception: the encode/store error).  Writes covering whole chunks/shards on a
+        ``LocalStore``/``MemoryStore`` are encoded and stored on the codec pool while the caller goes
+        on; any other write is done before returning (its future already done).  ``values`` must not
+        be modified until the future is done.
+
+        Until a background write is done, reads overlapping its rows wait for it, and so do a
+        shrinking resize, a synchronous write, delete/rename of the array, ``flush`` and ``close``.
+        Nothing else waits: callers that commit rows (``EpisodeWriter``) wait on the future first.
+
+        Raises (before anything is started): ``ReadOnlyError``; ``IndexError`` when the rows do not
+        exist; ``KeyError`` for a missing array.
+        """
+        self._check_writable()
+        arr = self.get_array(group, name)
+        values = np.asarray(values)
+        key = (group, name)
+        if values.ndim and len(arr.shape):
+            stop = check_row_region(group, name, arr.shape[0], start, len(values))
+            writer = self._writer(key, arr)
+            if writer is not None:
+                self._settle(key, start, stop)  # two writes of one object must not race
+                future = writer.submit(start, values)
+                if future is not None:
+                    self._readers.pop(key, None)
+                    self._pending.setdefault(key, []).append((start, stop, future))
+                    return future
+        self.write(group, name, start, values)
+        done: Future = Future()
+        done.set_result(True)
+        return done
+
+    def _settle(self, key: tuple[str, str], lo: int = 0, hi: int | None = None) -> None:
+        """Wait for the background writes of ``key`` overlapping rows ``[lo, hi)`` (all when ``hi``
+        is None) and forget every finished one.  Their errors stay with their futures."""
+        pending = self._pending.get(key)
+        if not pending:
+            return
+        keep = []
+        for a, b, f in pending:
+            if hi is None or (a < hi and lo < b):
+                wait([f])
+            elif not f.done():
+                keep.append((a, b, f))
+        if keep:
+            self._pending[key] = keep
+        else:
+            del self._pending[key]
+
+    def settle_writes(self) -> None:
+        """Wait for every background write of this store (errors stay with their futures)."""
+        for key in list(self._pending):
+            self._settle(key)
+
     def read(self, group, name, start, stop, step=None):
+        if self._pending:
+            self._settle((group, name), start, stop)
         if step in (None, 1):
             reader = self._reader(group, name)
             if reader is not None:
@@ -309,6 +378,8 @@ class ZarrBackend:
         return _as_object_strings(self.get_array(group, name)[start:stop:step])
 
     def read_ranges(self, group: str, name: str, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:
+        if self._pending and len(starts):
+            self._settle((group, name), int(min(starts)), int(max(stops)))
         reader = self._reader(group, name)
         if reader is not None:
             return reader.read_ranges(starts, stops)
@@ -319,17 +390,21 @@ class ZarrBackend:
         """Optional protocol method: bytes stored for the array (metadata + chunk/shard objects)."""
         from .inspection import stored_bytes
 
+        self._settle((group, name))
         return stored_bytes(self.get_array(group, name))
 
     def check_chunks(self, group: str, name: str) -> list[str]:
         """Optional protocol method: problems with the stored objects (missing chunk/shard files)."""
         from .inspection import missing_objects
 
+        self._settle((group, name))
         return missing_objects(self.get_array(group, name), f"{group}/{name}")
 
     def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Gather ``rows`` (int array of any shape) into ``out``: the fast reader decodes every chunk
         touched once and copies rows straight into ``out``; other layouts go through zarr-python."""
+        if self._pending and np.size(rows):
+            self._settle((group, name), int(np.min(rows)), int(np.max(rows)) + 1)
         reader = self._reader(group, name)
         if reader is not None:
             return reader.read_rows(rows, out)
@@ -343,7 +418,8 @@ class ZarrBackend:
         self._group(group).attrs.update(dict(attrs))
 
     def flush(self):
-        pass
+        """Wait for every background write (:meth:`write_async`)."""
+        self.settle_writes()
 
     def remove_debris(self, group: str) -> list[str]:
         """Delete what a killed process leaves in ``group``'s directory on a ``LocalStore``:
@@ -371,6 +447,7 @@ class ZarrBackend:
         return _local_root(self._root.store)
 
     def close(self):
+        self.settle_writes()
         store = self._root.store
         if type(store).__name__ == "ZipStore":
             store.close()

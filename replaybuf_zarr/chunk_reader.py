@@ -274,7 +274,7 @@ class ChunkReader:
             return self._pinned[start:stop].copy()
         c0 = self.chunk_shape[0]
         if (self._cache.max_bytes == 0 and start % c0 == 0 and stop - start == c0
-                and self._inner_coords == [()] and self.chunk_shape[1:] == self.shape[1:]):
+                and len(self._inner_coords) == 1 and self.chunk_shape[1:] == self.shape[1:]):
             chunk = self.chunk((start // c0,) + (0,) * (len(self.shape) - 1))  # a whole chunk, not cached:
             if chunk.flags.owndata:  # decoded into its own array: hand it out as it is
                 chunk.flags.writeable = True
@@ -439,9 +439,15 @@ def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReade
         stored = np.dtype(meta.dtype.to_native_dtype()) if hasattr(meta.dtype, "to_native_dtype") else dtype
         chunk_shape = tuple(meta.chunks)
 
-        def decode(b: Any, _c=comp, _s=stored, _cs=chunk_shape, _d=dtype) -> np.ndarray:
-            data = _c.decode(b) if _c is not None else b
-            return np.frombuffer(data, dtype=_s).reshape(_cs).astype(_d, copy=False)
+        if isinstance(comp, numcodecs.Blosc):  # the common case: decompress straight into the array
+            def decode(b: Any, _s=stored, _cs=chunk_shape, _d=dtype) -> np.ndarray:
+                out = np.empty(_cs, dtype=_s)
+                _blosc_decompress(b, out)
+                return out.astype(_d, copy=False)
+        else:
+            def decode(b: Any, _c=comp, _s=stored, _cs=chunk_shape, _d=dtype) -> np.ndarray:
+                data = _c.decode(b) if _c is not None else b
+                return np.frombuffer(data, dtype=_s).reshape(_cs).astype(_d, copy=False)
 
         return ChunkReader(arr, fetcher, cache, cache_id, chunk_shape, decode, None)
     layout = chunk_layout(arr)

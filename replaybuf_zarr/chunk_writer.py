@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import numpy as np
 import zarr
 
 from .layout import ShardLayout, chunk_layout
-from .pool import parallel_map
+from .pool import submit_map
 
 _EMPTY = 2**64 - 1
 
@@ -122,11 +123,27 @@ class ChunkWriter:
     def write(self, start: int, values: np.ndarray) -> bool:
         """Store rows ``[start, start + len(values))``; True when done, False when the write does not
         cover whole objects (or the array is shorter than it) — nothing is written then."""
+        fut = self.submit(start, values)
+        if fut is None:
+            return False
+        fut.result()
+        return True
+
+    def submit(self, start: int, values: np.ndarray) -> Future | None:
+        """Start storing rows ``[start, start + len(values))`` in the background: the chunks are
+        encoded on the codec pool and, once the last one is done, the objects are stored by the pool
+        thread that finished it.  Returns a ``concurrent.futures.Future`` (result True; the
+        exception of a failed encode or store), or None — nothing started — when the write does not
+        cover whole objects.  ``values`` must not be modified until the future is done.
+
+        Several submitted writes queue on the pool in order, so the encoding of one overlaps the
+        tail of the previous one and whatever the caller does meanwhile (staging the next episodes).
+        """
         n_rows = self._arr.shape[0]
         stop = start + len(values)
         L = self.object_len
         if start % L or not (stop % L == 0 or stop == n_rows) or stop > n_rows or len(values) == 0:
-            return False
+            return None
         values = np.asarray(values).astype(self._dtype, copy=False)
         c0 = self._chunk[0]
         # every chunk of the block, padded with the fill value at the array's end
@@ -139,8 +156,11 @@ class ChunkWriter:
                 padded[: len(part)] = part
                 part = padded
             chunks.append(part)
-        encoded = parallel_map(self._encode, chunks)
         first = start // c0
+        return submit_map(self._encode, chunks, lambda encoded: self._store_objects(first, encoded))
+
+    def _store_objects(self, first: int, encoded: list[bytes]) -> bool:
+        """Store encoded chunks ``first, first + 1, ...`` (whole shards when sharded)."""
         if self._shard is None:
             for i, data in enumerate(encoded):
                 coords = (first + i,) + (0,) * (len(self._chunk) - 1)

@@ -8,8 +8,9 @@ grouped: a few tasks per worker (enough to balance load when other threads compe
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 PARALLEL_MIN = 8  # fewer items than this run on the calling thread
@@ -41,3 +42,52 @@ def parallel_map(fn: Callable[..., Any], *columns: Sequence[Any]) -> list[Any]:
     for i, part in enumerate(done):
         out[i::n_tasks] = part
     return out
+
+
+def submit_map(fn: Callable[[Any], Any], items: Sequence[Any], finish: Callable[[list[Any]], Any]) -> Future:
+    """Start ``finish([fn(x) for x in items])`` without waiting: ``fn`` runs on the codec pool in a
+    few tasks per worker, and the task that completes last calls ``finish`` with the results in
+    input order.  Returns a ``Future`` holding ``finish``'s result, or the first exception raised by
+    ``fn`` (``finish`` is then not called) or by ``finish``.  With few items (or one CPU) everything
+    runs on the calling thread and the returned future is already done.
+
+    ``finish`` runs on a pool thread: it must not wait for other pool tasks.
+    """
+    future: Future = Future()
+    n = len(items)
+    workers = os.cpu_count() or 1
+    if n < PARALLEL_MIN or workers < 2:
+        try:
+            future.set_result(finish([fn(x) for x in items]))
+        except BaseException as exc:  # handed to whoever waits on the future
+            future.set_exception(exc)
+        return future
+    n_tasks = min(n, workers * TASKS_PER_WORKER)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+    remaining = [n_tasks]
+    lock = threading.Lock()
+
+    def run(first: int) -> None:
+        try:
+            for i in range(first, n, n_tasks):
+                results[i] = fn(items[i])
+        except BaseException as exc:
+            errors.append(exc)
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if not last:
+            return
+        if errors:
+            future.set_exception(errors[0])
+            return
+        try:
+            future.set_result(finish(results))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    pool = codec_pool()
+    for t in range(n_tasks):
+        pool.submit(run, t)
+    return future

@@ -177,14 +177,17 @@ class _NotLossless(Exception):
 class _RowReader:
     """Serve increasing row ranges ``[start, stop)`` of one array, reading it in blocks aligned to
     ``block`` rows (its chunk / shard length) so each stored object is decoded once.  Holds at most
-    the blocks overlapping the current range; hands out copies, so no caller keeps a block alive."""
+    the blocks overlapping the current range; hands out copies, so no caller keeps a block alive.
+    ``convert(block, first_row)``, when given, maps each block as it is read (the uint8 conversion,
+    done once per source chunk on the decoded block rather than on copies of it)."""
 
-    def __init__(self, store: Any, group: str, name: str, n_rows: int, block: int):
+    def __init__(self, store: Any, group: str, name: str, n_rows: int, block: int, convert=None):
         self._s, self._g, self._n = store, group, name
         self._rows = int(n_rows)
         self._block = max(1, int(block))
         self._blocks: list[tuple[int, np.ndarray]] = []
         self._end = 0
+        self._convert = convert
 
     def take(self, start: int, stop: int) -> np.ndarray:
         if self._blocks and start < self._blocks[0][0]:
@@ -193,7 +196,10 @@ class _RowReader:
             self._end = (start // self._block) * self._block
         while self._end < stop:
             new_end = min(self._rows, self._end + self._block)
-            self._blocks.append((self._end, self._s.read(self._g, self._n, self._end, new_end)))
+            block = self._s.read(self._g, self._n, self._end, new_end)
+            if self._convert is not None:
+                block = self._convert(block, self._end)
+            self._blocks.append((self._end, block))
             self._end = new_end
         self._blocks = [(b0, b) for b0, b in self._blocks if b0 + len(b) > start]
         parts = [b[max(start, b0) - b0: min(stop, b0 + len(b)) - b0] for b0, b in self._blocks if b0 < stop]
@@ -440,9 +446,25 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
                        "kept_dtype": dict(kept_float)},
         })
         rb = ReplayBuffer(dst)
-        readers = {k: _RowReader(src_store, "data", k, n_steps, _object_rows(src_store, "data", k)) for k in keys}
-        checker = _Checker(rb, plans)
+        # The final length is known: size every data array once (instead of one metadata rewrite
+        # per array and written block).  The rows stay uncommitted until the writer commits their
+        # episodes; a crash leaves rows past episode_ends that the next open trims.
+        for key in keys:
+            dst.resize("data", key, n_steps)
         ends = src_rb.episode_ends
+
+        def to_uint8(key: str):
+            def convert(block: np.ndarray, first_row: int) -> np.ndarray:
+                u, row = as_uint8_if_lossless(block)
+                if u is None:
+                    raise _NotLossless(key, _episode_of(src_rb, first_row + row), first_row + row,
+                                       f"holds {_first_bad_value(block[row])!r}, not an integer in 0..255")
+                return u
+            return convert
+
+        readers = {k: _RowReader(src_store, "data", k, n_steps, _object_rows(src_store, "data", k),
+                                 to_uint8(k) if plans[k].converted else None) for k in keys}
+        checker = _Checker(rb, plans)
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -456,15 +478,7 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
                     stop = int(ends[ep])
                     episode = {}
                     for key in keys:
-                        x = readers[key].take(start, stop)
-                        p = plans[key]
-                        if p.converted:
-                            u, row = as_uint8_if_lossless(x)
-                            if u is None:
-                                raise _NotLossless(key, ep, start + row,
-                                                   f"holds {_first_bad_value(x[row])!r}, not an integer in 0..255")
-                            x = u
-                        episode[key] = x
+                        episode[key] = readers[key].take(start, stop)  # converted keys: uint8 already
                     yield ep, start, stop, episode
                     start = stop
 

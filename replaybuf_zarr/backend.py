@@ -303,9 +303,36 @@ class ZarrBackend:
         self._settle(key)  # zarr-python may rewrite an object a background write is storing
         self._readers.pop(key, None)  # its cached chunks are stale now
         writer = self._writer(key, arr)
-        if writer is not None and writer.write(start, values):
+        if writer is not None and (writer.write(start, values) or self._rewrite_objects(key, arr, writer, start, values)):
             return
         arr[start:stop] = values
+
+    def _rewrite_objects(self, key: tuple[str, str], arr: zarr.Array, writer: ChunkWriter, start: int,
+                         values: np.ndarray) -> bool:
+        """Read-modify-write of the chunks a write only partly covers (appending to a partial chunk:
+        ``EpisodeWriter``'s number keys, ``episode_ends`` commits): the stored rows before and after
+        the new ones, within the first and last chunk, come from the fast reader; the chunks are
+        encoded whole and stored once.  zarr-python does the same work with ~4 ms more of its own
+        machinery per call.  Unsharded arrays only (a shard's other inner chunks would be re-encoded
+        too); False when not applicable, nothing written then."""
+        if self.zarr_format != 3 or arr.shards is not None:
+            return False
+        reader = self._reader(*key)
+        if reader is None:
+            return False
+        L = writer.object_len
+        stop = start + len(values)
+        first, last = (start // L) * L, min(arr.shape[0], -(-stop // L) * L)
+        parts = []
+        if first < start:
+            parts.append(reader.read(first, start))
+        parts.append(np.asarray(values))
+        if stop < last:
+            parts.append(reader.read(stop, last))
+        try:
+            return writer.write(first, np.concatenate(parts) if len(parts) > 1 else parts[0])
+        finally:
+            self._readers.pop(key, None)  # it has just cached the chunks' old rows
 
     def _writer(self, key: tuple[str, str], arr: zarr.Array) -> ChunkWriter | None:
         if key not in self._writers:

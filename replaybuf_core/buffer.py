@@ -662,12 +662,13 @@ class ReplayBuffer:
         self._idx_cache = None
 
     def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,
-               max_staged_bytes: int = 256 * 2**20) -> EpisodeWriter:
+               max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0) -> EpisodeWriter:
         """A buffered appender that writes each chunk/shard once (see
-        :class:`replaybuf_core.writer.EpisodeWriter`); use it as a context manager.
+        :class:`replaybuf_core.writer.EpisodeWriter` for the arguments); use it as a context manager.
 
-        Raises ReadOnlyError on a read-only buffer."""
-        return EpisodeWriter(self, chunks=chunks, compressors=compressors, max_staged_bytes=max_staged_bytes)
+        Raises ReadOnlyError on a read-only buffer; ValueError for a negative ``commit_interval``."""
+        return EpisodeWriter(self, chunks=chunks, compressors=compressors, max_staged_bytes=max_staged_bytes,
+                             commit_interval=commit_interval)
 
     def extend(self, data: Mapping[str, Any]) -> None:
         """Append ``data`` as one episode (the seed's alias of :meth:`add_episode`)."""

@@ -14,6 +14,7 @@ committed when the writes holding its rows are done (seen at the next block or a
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import wait
@@ -39,6 +40,13 @@ class EpisodeWriter:
         chunks / compressors: as in ``add_episode``, for keys new to the buffer.
         max_staged_bytes: when staged rows exceed this (bytes, default 256 MiB), everything staged is
             written even if it ends inside a stored object (bounds memory for huge chunks).
+        commit_interval: seconds (default 1.0) between two commits while episodes stream in.  Each
+            key is written whenever it completes a stored object; a commit also writes the keys
+            lagging behind (a number key whose long chunk is not full yet, rewritten whole each time)
+            up to the furthest key, then appends the complete episodes to ``episode_ends``.  Episodes
+            arriving slower than that commit at once; in a fast stream a crash loses about this much
+            recording plus what is in flight, and an episode added less than this after a commit
+            waits for the next ``add_episode`` or ``flush``.  0 commits at every stored object.
 
     ``add_episode`` validates like ``ReplayBuffer.add_episode`` (same errors, nothing staged on error).
     ``flush()`` writes everything staged, including partial objects, and commits every staged episode;
@@ -54,8 +62,10 @@ class EpisodeWriter:
     """
 
     def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
-                 max_staged_bytes: int = 256 * 2**20):
+                 max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0):
         buffer._require_writable()
+        if not commit_interval >= 0:
+            raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
         self._rb = buffer
         self._chunks = dict(chunks or {})
         self._compressors = dict(compressors or {})
@@ -69,6 +79,8 @@ class EpisodeWriter:
         self._durable: dict[str, int] = {}  # rows known to be stored per key
         self._inflight: deque = deque()  # (futures, rows written per key once they are done)
         self._failed: BaseException | None = None
+        self._commit_interval = float(commit_interval)
+        self._last_commit = -float("inf")  # the first episode commits at once
 
     # -- public -----------------------------------------------------------------------------------
     @property
@@ -162,8 +174,9 @@ class EpisodeWriter:
         avail = {k: self._written[k] + sum(len(p) for p in parts) for k, parts in self._pending.items()}
         if aligned:
             stops = {k: (a // self._obj_len[k]) * self._obj_len[k] for k, a in avail.items()}
-            target = max([stop for k, stop in stops.items() if stop > self._written[k]], default=0)
-            stops = {k: max(stop, min(target, avail[k])) for k, stop in stops.items()}
+            if time.monotonic() - self._last_commit >= self._commit_interval:  # time to commit
+                target = max([stop for k, stop in stops.items() if stop > self._written[k]], default=0)
+                stops = {k: max(stop, min(target, avail[k])) for k, stop in stops.items()}
         else:
             stops = avail
         for key, parts in self._pending.items():
@@ -220,6 +233,7 @@ class EpisodeWriter:
         if k:
             self._rb._commit_episode_ends(np.asarray(self._ends[:k], dtype=np.int64))
             del self._ends[:k]
+            self._last_commit = time.monotonic()
 
     def _trim_uncommitted(self) -> None:
         """After an error: drop rows written past the last committed episode (as opening would)."""

@@ -290,7 +290,11 @@ class ZarrBackend:
                     if not _is_string_dtype(np.dtype(self.dtype(group, name))) else \
                     np.full((tail_end - n_rows,) + arr.shape[1:], "", dtype=object)
         arr.resize((n_rows,) + tuple(arr.shape[1:]))  # updates ``arr`` in place
-        self._readers.pop((group, name), None)
+        reader = self._readers.get((group, name))
+        if reader is not None and n_rows >= old:
+            reader.grow(n_rows)
+        else:
+            self._readers.pop((group, name), None)
 
     def write(self, group, name, start, values):
         self._check_writable()
@@ -301,11 +305,19 @@ class ZarrBackend:
             return
         key = (group, name)
         self._settle(key)  # zarr-python may rewrite an object a background write is storing
-        self._readers.pop(key, None)  # its cached chunks are stale now
         writer = self._writer(key, arr)
         if writer is not None and (writer.write(start, values) or self._rewrite_objects(key, arr, writer, start, values)):
+            self._forget(key, start, stop)
             return
+        self._readers.pop(key, None)  # zarr-python may have rewritten any object
         arr[start:stop] = values
+
+    def _forget(self, key: tuple[str, str], start: int, stop: int) -> None:
+        """Rows ``[start, stop)`` were rewritten (whole objects around them): drop what the reader
+        holds for them."""
+        reader = self._readers.get(key)
+        if reader is not None:
+            reader.forget(start, stop)
 
     def _rewrite_objects(self, key: tuple[str, str], arr: zarr.Array, writer: ChunkWriter, start: int,
                          values: np.ndarray) -> bool:
@@ -329,10 +341,7 @@ class ZarrBackend:
         parts.append(np.asarray(values))
         if stop < last:
             parts.append(reader.read(stop, last))
-        try:
-            return writer.write(first, np.concatenate(parts) if len(parts) > 1 else parts[0])
-        finally:
-            self._readers.pop(key, None)  # it has just cached the chunks' old rows
+        return writer.write(first, np.concatenate(parts) if len(parts) > 1 else parts[0])
 
     def _writer(self, key: tuple[str, str], arr: zarr.Array) -> ChunkWriter | None:
         if key not in self._writers:
@@ -365,7 +374,7 @@ class ZarrBackend:
                 self._settle(key, start, stop)  # two writes of one object must not race
                 future = writer.submit(start, values)
                 if future is not None:
-                    self._readers.pop(key, None)
+                    self._forget(key, start, stop)  # reads of these rows wait for the write
                     self._pending.setdefault(key, []).append((start, stop, future))
                     return future
         self.write(group, name, start, values)

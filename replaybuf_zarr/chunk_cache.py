@@ -71,6 +71,13 @@ class ChunkCache:
             self._bytes += n
             self._evict()
 
+    def discard(self, key: Hashable) -> None:
+        """Drop one entry (no error when absent)."""
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+
     def discard_prefix(self, prefix: Hashable) -> None:
         """Drop every entry whose key is a tuple starting with ``prefix`` (one array's chunks)."""
         with self._lock:

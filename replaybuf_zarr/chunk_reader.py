@@ -150,6 +150,15 @@ class _Fetcher:
                     pass
         self._fds = {}
 
+    def forget(self, key: str) -> None:
+        """Close the descriptor of ``key`` (its file was replaced: the old one reads the old bytes)."""
+        fd = self._fds.pop(key, None)
+        if fd is not None and self._pid == os.getpid():
+            try:
+                os.close(fd)
+            except OSError:  # pragma: no cover
+                pass
+
     def __del__(self) -> None:
         self.close()
 
@@ -259,6 +268,30 @@ class ChunkReader:
         out.flags.writeable = False
         self._cache.put(ckey, out)
         return out
+
+    def forget(self, start: int, stop: int) -> None:
+        """Drop everything held for rows ``[start, stop)`` after their stored objects were rewritten:
+        decoded chunks in the cache, shard indexes, open descriptors of the objects; and a pinned
+        copy of the array."""
+        self._pinned = None
+        if stop <= start:
+            return
+        c0 = self.chunk_shape[0]
+        per = self._shard.per_shard if self._shard is not None else None
+        objects = set()
+        for t in range(start // c0, (stop - 1) // c0 + 1):
+            for inner in self._inner_coords:
+                coords = (t,) + inner
+                self._cache.discard((self._cache_id, coords))
+                objects.add(coords if per is None else tuple(c // p for c, p in zip(coords, per)))
+        for coords in objects:
+            if per is not None:
+                self._index_cache.pop(coords, None)
+            self._fetch.forget(self._key(coords))
+
+    def grow(self, n_rows: int) -> None:
+        """The array grew to ``n_rows`` rows (nothing stored changed: the new rows hold the fill value)."""
+        self.shape = (int(n_rows),) + self.shape[1:]
 
     # -- row reads ------------------------------------------------------------------------------
     def pin(self) -> None:

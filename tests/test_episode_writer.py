@@ -20,7 +20,7 @@ def test_writer_equals_add_episode_and_stages_little(lengths, backend):
     for e in eps:
         ref.add_episode(e, chunks=CHUNKS)
     rb = ReplayBuffer.create_empty(backend)
-    with rb.writer(chunks=CHUNKS) as w:
+    with rb.writer(chunks=CHUNKS, commit_interval=0) as w:
         for e in eps:
             w.add_episode(e)
             staged_rows = (w._ends[-1] - rb.n_steps) if w.n_staged_episodes else 0

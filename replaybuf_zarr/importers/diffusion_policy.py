@@ -81,6 +81,8 @@ MIN_IMAGE_SIDE = 8
 #: libwebp effort for lossless frames (decoded pixels are identical at every level).
 LOSSLESS_LEVEL = 90
 EPISODE_ENDS = "episode_ends"
+#: Seconds between commits while importing (see :class:`~replaybuf_core.writer.EpisodeWriter`).
+IMPORT_COMMIT_INTERVAL = 0.25
 
 
 def is_image_shape(shape: tuple[int, ...]) -> bool:
@@ -377,13 +379,22 @@ def _episode_of(rb: ReplayBuffer, row: int) -> int:
     return int(np.searchsorted(rb.episode_ends, row, side="right"))
 
 
+#: Keys of at most this many bytes (the whole array) are kept whole and compared once at the end.
+WHOLE_KEY_BYTES = 64 * 2**20
+
+
 class _Checker:
     """Compares each committed episode, read back from the destination store, with the source values
-    kept since it was staged (exact keys bit for bit, lossy keys by squared error)."""
+    kept since it was staged (exact keys bit for bit, lossy keys by squared error).  Small keys
+    (numbers: at most :data:`WHOLE_KEY_BYTES`) are kept whole and compared once, after the last
+    commit: their big chunks would otherwise be decoded again for every episode."""
 
     def __init__(self, rb: ReplayBuffer, plans: dict[str, "_Plan"]):
         self.rb = rb
         self.plans = plans
+        self.whole = {k: [] for k, p in plans.items()
+                      if not p.lossy and p.shape[0] * int(np.prod(p.shape[1:])) * p.dtype.itemsize <= WHOLE_KEY_BYTES}
+        self.bounds: list[tuple[int, int, int]] = []
         self.pending: deque = deque()
         self.first_bad: dict[str, int] = {}
         self.problems: list[str] = []
@@ -391,7 +402,28 @@ class _Checker:
         self.worst = {k: math.inf for k in self.sse}
 
     def stage(self, ep: int, start: int, stop: int, episode: dict[str, np.ndarray]) -> None:
-        self.pending.append((ep, start, stop, episode))
+        for key, parts in self.whole.items():
+            parts.append(episode[key])
+        self.bounds.append((ep, start, stop))
+        self.pending.append((ep, start, stop, {k: x for k, x in episode.items() if k not in self.whole}))
+
+    def check_whole(self) -> None:
+        """After the last commit: compare each small key whole (naming its first differing episode)."""
+        store = self.rb.store
+        n = self.rb.n_steps
+        for key, parts in self.whole.items():
+            x = np.concatenate(parts) if parts else np.empty((0,) + self.plans[key].shape[1:], self.plans[key].dtype)
+            y = store.read("data", key, 0, n)
+            if _same_bits(x, y):
+                continue
+            for ep, start, stop in self.bounds:
+                if stop > len(y) or not _same_bits(x[start:stop], y[start:stop]):
+                    self.first_bad[key] = ep
+                    self.problems.append(f"data/{key}: episode {ep} (rows [{start}, {stop})) differs from the source")
+                    break
+            else:
+                self.first_bad[key] = self.bounds[-1][0] if self.bounds else 0
+                self.problems.append(f"data/{key}: {len(y)} rows stored, {len(x)} in the source")
 
     def check_committed(self) -> None:
         store = self.rb.store
@@ -414,7 +446,10 @@ def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
         return False
     if x.dtype == object:
         return bool(np.array_equal(x, y))
-    return np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes()
+    if x.size == 0:
+        return True
+    as_bytes = lambda a: np.ascontiguousarray(a).reshape(-1).view(np.uint8)  # noqa: E731
+    return bool(np.array_equal(as_bytes(x), as_bytes(y)))
 
 
 def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float, progress,
@@ -482,7 +517,8 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
                     yield ep, start, stop, episode
                     start = stop
 
-            with rb.writer() as w:
+            # commits 4x a second: the checker keeps each episode's source values until its commit
+            with rb.writer(commit_interval=IMPORT_COMMIT_INTERVAL) as w:
                 for ep, start, stop, episode in prefetch(episodes(), depth=2):
                     checker.stage(ep, start, stop, episode)
                     w.add_episode(episode)
@@ -490,6 +526,7 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
                     if bar is not None:
                         bar.update(1)
             checker.check_committed()  # the episodes the final flush committed
+            checker.check_whole()
         finally:
             if bar is not None:
                 bar.close()

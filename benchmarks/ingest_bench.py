@@ -1,6 +1,6 @@
 """Ingest: importing a diffusion-policy store vs the encode floor vs a naive per-episode writer.
 
-*Encode floor*: encoding every frame (uint8, the same lossless WebP settings) with imagecodecs on a
+*Encode floor*: encoding every frame (uint8, the same lossless WebP level, method) with imagecodecs on a
 thread pool of the same size as replaybuf's codec pool (one thread per CPU) — nothing else (no source
 decoding, no checking, no writing).  *Naive*: zarr-python ``resize`` + slice-assign per episode into arrays with the same
 chunks, shards and codecs, timed on the first episodes and scaled per frame.  Peak RSS is that of the
@@ -23,6 +23,7 @@ import zarr
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_zarr.codecs import WebPCodec
+from replaybuf_zarr.codecs.webp import WEBP_METHOD
 
 from .common import Table, dir_bytes
 
@@ -58,7 +59,8 @@ def encode_floor(src: Path, dst: Path, n_frames: int) -> float:
     workers = os.cpu_count() or 1
     t = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda f: imagecodecs.webp_encode(f, level=codec.level, lossless=codec.lossless),
+        list(pool.map(lambda f: imagecodecs.webp_encode(f, level=codec.level, lossless=codec.lossless,
+                                                              method=WEBP_METHOD),
                       frames, chunksize=64))
     return time.perf_counter() - t
 

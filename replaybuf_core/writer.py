@@ -117,10 +117,15 @@ class EpisodeWriter:
             self._write(aligned=False)
 
     def close(self) -> None:
-        """Flush and stop accepting episodes."""
+        """Flush and stop accepting episodes; when that flush fails, the uncommitted rows are
+        dropped (as the next open would) and the error re-raised."""
         if not self._closed:
-            self.flush()
             self._closed = True
+            try:
+                self.flush()
+            except BaseException:
+                self._trim_uncommitted()
+                raise
 
     def __enter__(self) -> EpisodeWriter:
         return self

@@ -138,7 +138,10 @@ class _Fetcher:
                 fd = os.open(f"{self.root}/{key}", os.O_RDONLY)
             except FileNotFoundError:
                 return None
-            self._fds[key] = fd
+            kept = self._fds.setdefault(key, fd)  # another thread may have opened it meanwhile
+            if kept != fd:
+                os.close(fd)
+            fd = kept
         return fd
 
     def close(self) -> None:
@@ -349,6 +352,9 @@ class ChunkReader:
             where = f"chunk {coords} (rows {coords[0] * c0}..{(coords[0] + 1) * c0 - 1})" if coords else "a chunk"
             raise CorruptStoreError(f"{self._prefix.rstrip('/') or 'array'}: {where} does not decode: {exc}") from exc
 
+    def _fetch_and_decode(self, coords: tuple[int, ...]) -> np.ndarray:
+        return self._decode_or_fill(self._raw_chunk(coords), coords)
+
     def chunks(self, coords: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
         """Decoded chunks for many grid coordinates: cache hits first, the rest fetched in order and
         decoded on a thread pool when there are many."""
@@ -360,9 +366,8 @@ class ChunkReader:
                 missing.append(c)
             else:
                 out[c] = hit
-        if missing:
-            raws = [self._raw_chunk(c) for c in missing]
-            decoded = parallel_map(self._decode_or_fill, raws, missing)
+        if missing:  # fetched (pread releases the GIL) and decoded by the same task
+            decoded = parallel_map(self._fetch_and_decode, missing)
             for c, d in zip(missing, decoded):
                 d.flags.writeable = False  # cached and handed out as views
                 out[c] = d
@@ -432,7 +437,7 @@ class ChunkReader:
             got = {k: v[cut] for k, v in got.items()}
         index = np.unravel_index(np.arange(flat_rows.size), rows.shape)
         if c0 == 1:  # one row a chunk (camera frames): a copy per row
-            for i, (ti, pos) in enumerate(zip(t.tolist(), zip(*index))):
+            for ti, pos in zip(t.tolist(), zip(*(ix.tolist() for ix in index))):
                 out[pos] = got[(ti,) + inner][0]
             return out
         order = np.argsort(t, kind="stable")

@@ -61,3 +61,69 @@ def test_an_interrupted_block_keeps_every_episode_already_added():
             raise KeyboardInterrupt
     assert rb.n_episodes == 3
     np.testing.assert_array_equal(rb.get_episode(2)["x"], np.full((4, 2), 2, "f4"))
+
+
+FRAME_CHUNKS = {"obs": (1000, 3), "img": (1, 4, 4, 3)}  # one frame a chunk: blocks go to the codec pool
+
+
+def _episodes(lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{"obs": rng.random((n, 3)).astype("f4"), "img": rng.integers(0, 255, (n, 4, 4, 3), dtype=np.uint8)}
+            for n in lengths]
+
+
+@pytest.mark.parametrize("commit_interval", [0, 1.0])
+def test_background_writes_on_disk_equal_add_episode(tmp_path, commit_interval):
+    eps = _episodes([9, 30, 17, 40, 5, 23])
+    ref = ReplayBuffer.create_empty("numpy")
+    for e in eps:
+        ref.add_episode(e)
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "w.zarr"))
+    with rb.writer(chunks=FRAME_CHUNKS, commit_interval=commit_interval) as w:
+        for e in eps:
+            w.add_episode(e)
+    assert all(f.done() for writes in rb.store._pending.values() for _, _, f in writes)  # close waited
+    again = ReplayBuffer.create_from_path(tmp_path / "w.zarr")  # a fresh process's view
+    np.testing.assert_array_equal(again.episode_ends, ref.episode_ends)
+    for k in ref.keys():
+        np.testing.assert_array_equal(again[k][:], ref[k][:])
+
+
+def test_a_failed_background_write_stops_the_writer_and_keeps_committed_episodes(tmp_path, monkeypatch):
+    from replaybuf_zarr.chunk_writer import ChunkWriter
+
+    eps = _episodes([12, 12, 12, 12, 12])
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "f.zarr"))
+    real_put = ChunkWriter._put
+    calls = {"n": 0}
+
+    def failing_put(self, key, data):
+        if "img" in self._prefix:
+            calls["n"] += 1
+            if calls["n"] > 30:  # the first episodes' frames are stored, then the disk "fills up"
+                raise OSError("disk full")
+        return real_put(self, key, data)
+
+    monkeypatch.setattr(ChunkWriter, "_put", failing_put)
+    with pytest.raises(RuntimeError, match="background write failed"):  # raised again by close()
+        with rb.writer(chunks=FRAME_CHUNKS, commit_interval=0) as w:
+            with pytest.raises(OSError, match="disk full"):  # at the next block or the flush
+                for e in eps:
+                    w.add_episode(e)
+                w.flush()
+            with pytest.raises(RuntimeError, match="background write failed"):
+                w.add_episode(eps[0])
+    monkeypatch.undo()
+    committed = rb.n_episodes
+    assert 1 <= committed < len(eps)
+    assert all(rb.store.shape("data", k)[0] == rb.n_steps for k in rb.keys())  # uncommitted rows dropped
+    again = ReplayBuffer.create_from_path(tmp_path / "f.zarr")
+    assert again.n_episodes == committed
+    for i in range(committed):
+        for k in eps[i]:
+            np.testing.assert_array_equal(again.get_episode(i)[k], eps[i][k])
+
+
+def test_commit_interval_is_validated():
+    with pytest.raises(ValueError, match="commit_interval"):
+        ReplayBuffer.create_empty("zarr").writer(commit_interval=-1)

@@ -72,7 +72,7 @@ _ALLOWED_CHANNELS = (1, 3, 4)
 #: libwebp effort ("method", 0=fast .. 6=slowest/smallest).  Pinned here rather
 #: than relying on imagecodecs' default so the bytes written do not silently
 #: change with an imagecodecs upgrade.
-_WEBP_METHOD = 4
+WEBP_METHOD = 4
 
 
 def _parse_level(level: Any) -> int:
@@ -329,7 +329,7 @@ class WebPCodec(ArrayBytesCodec):
         # imagecodecs encodes losslessly whenever ``lossless`` is None (its
         # default), whatever ``level`` is -- so always pass both explicitly.
         return imagecodecs.webp_encode(
-            frame, level=self.level, lossless=self.lossless, method=_WEBP_METHOD
+            frame, level=self.level, lossless=self.lossless, method=WEBP_METHOD
         )
 
     def decode_frame(self, data: bytes, chunk_shape: tuple[int, ...]) -> np.ndarray:

@@ -389,7 +389,7 @@ class _Checker:
     (numbers: at most :data:`WHOLE_KEY_BYTES`) are kept whole and compared once, after the last
     commit: their big chunks would otherwise be decoded again for every episode."""
 
-    def __init__(self, rb: ReplayBuffer, plans: dict[str, "_Plan"]):
+    def __init__(self, rb: ReplayBuffer, plans: dict[str, _Plan]):
         self.rb = rb
         self.plans = plans
         self.whole = {k: [] for k, p in plans.items()
@@ -448,8 +448,11 @@ def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
         return bool(np.array_equal(x, y))
     if x.size == 0:
         return True
-    as_bytes = lambda a: np.ascontiguousarray(a).reshape(-1).view(np.uint8)  # noqa: E731
-    return bool(np.array_equal(as_bytes(x), as_bytes(y)))
+    return bool(np.array_equal(_as_bytes(x), _as_bytes(y)))
+
+
+def _as_bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
 def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float, progress,

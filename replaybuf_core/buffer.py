@@ -24,6 +24,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -764,6 +765,29 @@ class ReplayBuffer:
             KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``.
             ValueError: ``out`` of the wrong shape.
         """
+        rows, out = self._rows_and_out(key, rows, out)
+        gather = getattr(self._store, "read_rows", None)
+        if gather is not None:
+            return gather("data", key, rows, out)
+        return read_rows_via_ranges(self._store, "data", key, rows, out)
+
+    def read_rows_async(self, key: str, rows, out: np.ndarray | None = None) -> Any:
+        """Start :meth:`read_rows`: returns an object whose ``result()`` completes the read and
+        returns the filled array.  On backends with ``read_rows_async`` (zarr) thread-pool helpers
+        start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
+        join in; elsewhere the read is done before returning.  Leave ``out`` alone until
+        ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
+        rows, out = self._rows_and_out(key, rows, out)
+        start = getattr(self._store, "read_rows_async", None)
+        if start is not None:
+            return start("data", key, rows, out)
+        done: Future = Future()
+        gather = getattr(self._store, "read_rows", None)
+        done.set_result(gather("data", key, rows, out) if gather is not None
+                        else read_rows_via_ranges(self._store, "data", key, rows, out))
+        return done
+
+    def _rows_and_out(self, key: str, rows, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         if key not in self:
             raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
         rows = np.asarray(rows, dtype=np.int64)
@@ -775,10 +799,7 @@ class ReplayBuffer:
             out = np.empty(shape, dtype=self._store.dtype("data", key))
         elif out.shape != shape:
             raise ValueError(f"out has shape {out.shape}, expected {shape}")
-        gather = getattr(self._store, "read_rows", None)
-        if gather is not None:
-            return gather("data", key, rows, out)
-        return read_rows_via_ranges(self._store, "data", key, rows, out)
+        return rows, out
 
     # ------------------------------------------------------------------ read cache
     @property

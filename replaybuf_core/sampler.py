@@ -260,6 +260,7 @@ class SequenceSampler:
         self.pad_mode = pad_mode
         self._has_read_ranges = callable(getattr(buffer, "read_ranges", None))
         self._has_read_rows = callable(getattr(buffer, "read_rows", None))
+        self._has_read_rows_async = callable(getattr(buffer, "read_rows_async", None))
 
     def __len__(self) -> int:
         """Number of windows."""
@@ -300,10 +301,14 @@ class SequenceSampler:
         return np.minimum(need, n_real)
 
     # -------------------------------------------------------------- assembling
-    def _assemble(self, key: str, rows: np.ndarray, n_read: np.ndarray, chunks: list | None, arr_like) -> np.ndarray:
+    def _assemble(self, key: str, rows: np.ndarray, n_read: np.ndarray, chunks: list | None, arr_like,
+                  defer: bool = False):
         """Build the (B, S, *trailing) array of ``key``; ``chunks`` holds one array per window
         with ``n_read > 0``, in order — or is None, and the rows are gathered with
-        ``buffer.read_rows`` straight into the output (no intermediate arrays).
+        ``buffer.read_rows`` straight into the output (no intermediate arrays).  With ``defer`` the
+        gather is only started (``buffer.read_rows_async``) and a function finishing the array is
+        returned: the batch path starts every key before finishing any, so the thread pool decodes
+        one key's chunks while this thread reads the others.
 
         Vectorised: every slot gathers stored row ``clip(slot - sample_start, 0, n_read - 1)`` of its
         window (edge padding is exactly that clamp), then "zero" pads and unread ``key_first_k`` slots
@@ -317,9 +322,12 @@ class SequenceSampler:
         slots = np.arange(s, dtype=np.int64)
         ss = rows[:, 2:3]
         sel = n_read > 0
+        pending = None
         if k > 0 and sel.any():
             rel = np.minimum(np.maximum(slots[None, :k] - ss, 0), np.maximum(n_read[:, None] - 1, 0))
-            if chunks is None:  # the buffer gathers the rows straight into ``out``
+            if chunks is None and defer and self._has_read_rows_async:  # started; finished below
+                pending = self.buffer.read_rows_async(key, rows[:, 0:1] + rel, out=out[:, :k])
+            elif chunks is None:  # the buffer gathers the rows straight into ``out``
                 self.buffer.read_rows(key, rows[:, 0:1] + rel, out=out[:, :k])
             else:
                 flat = np.concatenate(chunks) if len(chunks) > 1 else np.asarray(chunks[0])
@@ -329,11 +337,17 @@ class SequenceSampler:
                     out[:, :k] = flat[gather]
                 else:
                     out[sel, :k] = flat[gather]
-        if self.pad_mode == "zero":
-            out[self._pad_flags(rows) & (slots[None, :] < k)] = _pad_value(dtype)
         if k < s and not zero_tail:
             out[:, k:] = _unread_value(dtype)
-        return out
+
+        def finish() -> np.ndarray:
+            if pending is not None:
+                pending.result()
+            if self.pad_mode == "zero":
+                out[self._pad_flags(rows) & (slots[None, :] < k)] = _pad_value(dtype)
+            return out
+
+        return finish if defer else finish()
 
     def _pad_flags(self, rows: np.ndarray) -> np.ndarray:
         slots = np.arange(self.sequence_length, dtype=np.int64)
@@ -435,8 +449,8 @@ class SequenceSampler:
         idx = self._normalize_indices(indices)
         rows = self.indices[idx]
         starts = rows[:, 0]
-        result: dict[str, np.ndarray] = {}
-        for key in self.keys:
+        finish = {}
+        for key in self.keys:  # start every key's read (thread-pool helpers decode meanwhile) ...
             arr = self.buffer[key]
             n_read = self._rows_to_read(key, rows)
             sel = n_read > 0
@@ -445,6 +459,7 @@ class SequenceSampler:
                 chunks = []
                 if sel.any():
                     chunks = list(self.buffer.read_ranges(key, starts[sel], starts[sel] + n_read[sel]))
-            result[key] = self._assemble(key, rows, n_read, chunks, arr)
+            finish[key] = self._assemble(key, rows, n_read, chunks, arr, defer=True)
+        result = {key: f() for key, f in finish.items()}  # ... then finish them
         result[IS_PAD_KEY] = self._pad_flags(rows)
         return result

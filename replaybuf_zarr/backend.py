@@ -35,7 +35,7 @@ from replaybuf_core.protocol import (
 )
 
 from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
-from .chunk_reader import ChunkReader, make_reader
+from .chunk_reader import ChunkReader, RowsRead, make_reader
 from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
 
@@ -439,12 +439,18 @@ class ZarrBackend:
     def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Gather ``rows`` (int array of any shape) into ``out``: the fast reader decodes every chunk
         touched once and copies rows straight into ``out``; other layouts go through zarr-python."""
+        return self.read_rows_async(group, name, rows, out).result()
+
+    def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> Any:
+        """Optional protocol method: start :meth:`read_rows`; returns an object whose ``result()``
+        completes the read and returns ``out``.  Many chunks to decode: pool helpers start now and
+        ``result()`` joins them; otherwise the read is done before returning."""
         if self._pending and np.size(rows):
             self._settle((group, name), int(np.min(rows)), int(np.max(rows)) + 1)
         reader = self._reader(group, name)
         if reader is not None:
-            return reader.read_rows(rows, out)
-        return read_rows_via_ranges(self, group, name, rows, out)
+            return reader.read_rows_async(rows, out)
+        return RowsRead(value=read_rows_via_ranges(self, group, name, rows, out))
 
     def get_attrs(self, group):
         return dict(self._group(group).attrs)

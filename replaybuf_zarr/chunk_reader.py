@@ -30,7 +30,7 @@ from replaybuf_core.errors import CorruptStoreError
 
 from .chunk_cache import ChunkCache
 from .layout import ShardLayout, chunk_layout
-from .pool import PARALLEL_MIN, parallel_map
+from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 
@@ -93,6 +93,8 @@ def _array_decoder(codecs: Sequence[Any], chunk_shape: tuple[int, ...], dtype: n
 
         def to_array(b: Any) -> np.ndarray:
             return np.frombuffer(b, dtype=stored).reshape(chunk_shape).astype(dtype, copy=False)
+    elif isinstance(serializer, WebPCodec) and not decoders and len(chunk_shape) == 4 and chunk_shape[3] in (3, 4):
+        return _webp_frame_decoder(serializer, chunk_shape)  # colour frames: the short path
     elif isinstance(serializer, WebPCodec):
         def to_array(b: Any) -> np.ndarray:
             return serializer.decode_frame(bytes(b), chunk_shape)
@@ -103,6 +105,23 @@ def _array_decoder(codecs: Sequence[Any], chunk_shape: tuple[int, ...], dtype: n
         for d in decoders:
             data = d(data)
         return to_array(data)
+
+    return decode
+
+
+def _webp_frame_decoder(serializer: Any, chunk_shape: tuple[int, ...]) -> Callable[[Any], np.ndarray]:
+    """bytes → one RGB(A) frame chunk ``(1, H, W, C)``: what ``WebPCodec.decode_frame`` does for
+    colour frames, with the per-call argument handling done once."""
+    import imagecodecs
+
+    shape = tuple(int(s) for s in chunk_shape)
+    hw, alpha = shape[1:3], shape[3] == 4
+
+    def decode(b: Any) -> np.ndarray:
+        img = imagecodecs.webp_decode(b, hasalpha=alpha)
+        if img.shape[:2] != hw or img.ndim != 3 or img.shape[2] != shape[3]:
+            return serializer.decode_frame(bytes(b), shape)  # raises the codec's error
+        return img.reshape(shape)
 
     return decode
 
@@ -213,6 +232,7 @@ class ChunkReader:
         self._index_cache: dict[tuple[int, ...], list | None] = {}
         self._keys: dict[tuple[int, ...], str] = {}
         self._strides = shard.strides if shard is not None else ()
+        self._time_sharded = shard is not None and all(p == 1 for p in shard.per_shard[1:])
         self._inner_grid = tuple(-(-s // c) for s, c in zip(self.shape[1:], chunk_shape[1:]))
         self._inner_coords = list(np.ndindex(*self._inner_grid)) if self._inner_grid else [()]
         self._pinned: np.ndarray | None = None
@@ -249,13 +269,20 @@ class ChunkReader:
         if self._shard is None:
             return self._fetch.get(self._key(coords))
         per = self._shard.per_shard
-        shard_coords = tuple(c // p for c, p in zip(coords, per))
-        idx = self._shard_index(shard_coords)
+        if self._time_sharded:  # shards split time only (camera frames): the common, fast case
+            t, p = coords[0], per[0]
+            shard_coords = (t // p,) + coords[1:]
+            local = t % p
+        else:
+            shard_coords = tuple(c // p for c, p in zip(coords, per))
+            local = 0
+            for c, p, stride in zip(coords, per, self._strides):
+                local += (c % p) * stride
+        idx = self._index_cache.get(shard_coords, False)
+        if idx is False:
+            idx = self._shard_index(shard_coords)
         if idx is None:
             return None
-        local = 0
-        for c, p, stride in zip(coords, per, self._strides):
-            local += (c % p) * stride
         offset, nbytes = idx[local]
         if offset == _EMPTY:
             return None
@@ -414,27 +441,62 @@ class ChunkReader:
         """Gather ``rows`` (int array of any shape, ``0 <= row < shape[0]``) into ``out`` (shape
         ``rows.shape + shape[1:]``, may be a strided view): every chunk touched is decoded once (in
         parallel when many) and its rows are copied straight into ``out`` — no intermediate arrays."""
+        return self.read_rows_async(rows, out).result()
+
+    def read_rows_async(self, rows: np.ndarray, out: np.ndarray) -> RowsRead:
+        """Start :meth:`read_rows`: when many chunks must be decoded, pool helpers start decoding now
+        and ``result()`` of the returned :class:`RowsRead` joins them (decoding what is left on the
+        calling thread), fills ``out`` and returns it.  Leave ``out`` alone until then."""
         rows = np.asarray(rows, dtype=np.int64)
+        simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
+        if rows.size == 0 or self._pinned is not None or not simple:
+            return RowsRead(value=self._read_rows_other(rows, out))
+        c0 = self.chunk_shape[0]
+        inner = self._inner_coords[0]
+        t = rows.reshape(-1) // c0
+        uniq = np.unique(t)
+        got: dict[tuple[int, ...], np.ndarray] = {}
+        missing = []
+        for u in uniq.tolist():
+            c = (u,) + inner
+            hit = self._cache.get((self._cache_id, c))
+            if hit is None:
+                missing.append(c)
+            else:
+                got[c] = hit
+        if len(missing) < PARALLEL_MIN or _CPUS < 2:
+            got.update(self.chunks(missing))
+            return RowsRead(value=self._scatter(rows, t, uniq, got, out))
+        job = SharedMap(self._fetch_and_decode, missing, _CPUS - 1)
+
+        def finish() -> np.ndarray:
+            for c, d in zip(missing, job.join()):
+                d.flags.writeable = False  # cached and handed out as views
+                got[c] = d
+                self._cache.put((self._cache_id, c), d)
+            return self._scatter(rows, t, uniq, got, out)
+
+        return RowsRead(finish=finish)
+
+    def _read_rows_other(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Empty, pinned, or chunks split along other axes (through ``read_ranges``)."""
         if rows.size == 0:
             return out
         if self._pinned is not None:
             out[...] = self._pinned[rows]
             return out
-        simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
-        if not simple:
-            from replaybuf_core.protocol import read_rows_via_ranges
+        from replaybuf_core.protocol import read_rows_via_ranges
 
-            return read_rows_via_ranges(_ReaderAsStore(self), "data", "", rows, out)
+        return read_rows_via_ranges(_ReaderAsStore(self), "data", "", rows, out)
+
+    def _scatter(self, rows: np.ndarray, t: np.ndarray, uniq: np.ndarray, got: dict, out: np.ndarray) -> np.ndarray:
+        """Copy each row from its decoded chunk (``got``: chunk coordinates → chunk) into ``out``."""
         c0 = self.chunk_shape[0]
         inner = self._inner_coords[0]
-        trim = len(self.shape) > 1 and self.chunk_shape[1:] != self.shape[1:]
-        flat_rows = rows.reshape(-1)
-        t = flat_rows // c0
-        uniq = np.unique(t)
-        got = self.chunks([(int(u),) + inner for u in uniq])
-        if trim:
+        if len(self.shape) > 1 and self.chunk_shape[1:] != self.shape[1:]:
             cut = (slice(None),) + tuple(slice(0, s) for s in self.shape[1:])
             got = {k: v[cut] for k, v in got.items()}
+        flat_rows = rows.reshape(-1)
         index = np.unravel_index(np.arange(flat_rows.size), rows.shape)
         if c0 == 1:  # one row a chunk (camera frames): a copy per row
             for ti, pos in zip(t.tolist(), zip(*(ix.tolist() for ix in index))):
@@ -448,6 +510,21 @@ class ChunkReader:
             out[tuple(ix[sel] for ix in index)] = got[(u,) + inner][flat_rows[sel] - u * c0]
             lo = hi
         return out
+
+
+class RowsRead:
+    """A row read in progress (:meth:`ChunkReader.read_rows_async`): ``result()`` completes it once
+    and returns the filled array (later calls return it again)."""
+
+    def __init__(self, finish: Callable[[], np.ndarray] | None = None, value: np.ndarray | None = None):
+        self._finish = finish
+        self._value = value
+
+    def result(self) -> np.ndarray:
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            self._value = finish()
+        return self._value
 
 
 class _ReaderAsStore:

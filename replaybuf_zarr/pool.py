@@ -30,50 +30,70 @@ def codec_pool() -> ThreadPoolExecutor:
     return _POOL[1]
 
 
+class SharedMap:
+    """``[fn(x) for x in items]`` computed by pool helpers started now and by whoever calls
+    :meth:`join` later: each takes a few items at a time from a shared counter until none is left.
+
+    The caller can do other work between creating it and ``join()`` (the sampler reads the other
+    keys while helpers decode frames); ``join`` then takes the items still left, waits only for the
+    items a helper is computing, and returns the results in input order (or raises the first error).
+    A helper slow to start (a sleeping vCPU, a pool busy with background writes) costs nothing — the
+    caller takes its share — and joining from a pool thread cannot deadlock.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], items: Sequence[Any], helpers: int):
+        self._fn, self._items = fn, items
+        n = len(items)
+        self._out: list[Any] = [None] * n
+        self._errors: list[BaseException] = []
+        self._next = 0
+        self._running = 0
+        self._grab = max(1, min(4, n // (8 * _CPUS)))  # items per take: fewer lock round trips
+        self._cond = threading.Condition()
+        pool = codec_pool()
+        for _ in range(min(helpers, n)):
+            pool.submit(self._work)
+
+    def _work(self) -> None:
+        fn, items, out, n = self._fn, self._items, self._out, len(self._items)
+        while True:
+            with self._cond:
+                if self._errors or self._next >= n:
+                    return
+                lo = self._next
+                hi = self._next = min(n, lo + self._grab)
+                self._running += 1
+            try:
+                for i in range(lo, hi):
+                    out[i] = fn(items[i])
+            except BaseException as exc:  # re-raised by join()
+                self._errors.append(exc)
+            finally:
+                with self._cond:
+                    self._running -= 1
+                    self._cond.notify_all()
+
+    def join(self) -> list[Any]:
+        """Compute what is left, wait for the items being computed; the results (or the first error)."""
+        self._work()
+        with self._cond:
+            self._cond.wait_for(lambda: self._running == 0)
+        if self._errors:
+            raise self._errors[0]
+        return self._out
+
+
 def parallel_map(fn: Callable[..., Any], *columns: Sequence[Any]) -> list[Any]:
     """``[fn(*row) for row in zip(*columns)]``, computed on the codec pool when there are many rows;
     results keep the input order; the first exception raised by ``fn`` propagates.
 
-    The calling thread works too: it and up to ``cpus - 1`` pool helpers take rows one at a time
-    from a shared counter until none is left, and the caller waits only for rows already taken.
-    So a helper that is slow to start (a sleeping vCPU, a pool busy with a background write) costs
-    nothing — the caller takes its share — and calling this from a pool thread cannot deadlock.
+    The calling thread works too, with ``cpus - 1`` pool helpers (:class:`SharedMap`).
     """
     n = len(columns[0])
-    workers = _CPUS
-    if n < PARALLEL_MIN or workers < 2:
+    if n < PARALLEL_MIN or _CPUS < 2:
         return [fn(*row) for row in zip(*columns)]
-    out: list[Any] = [None] * n
-    errors: list[BaseException] = []
-    state = [0, 0]  # next row to hand out, rows being computed
-    cond = threading.Condition()
-
-    def work() -> None:
-        while True:
-            with cond:
-                if errors or state[0] >= n:
-                    return
-                i = state[0]
-                state[0] += 1
-                state[1] += 1
-            try:
-                out[i] = fn(*(c[i] for c in columns))
-            except BaseException as exc:  # re-raised by the caller
-                errors.append(exc)
-            finally:
-                with cond:
-                    state[1] -= 1
-                    cond.notify_all()
-
-    pool = codec_pool()
-    for _ in range(min(workers - 1, n - 1)):
-        pool.submit(work)
-    work()
-    with cond:  # rows a helper took may still be running
-        cond.wait_for(lambda: state[1] == 0)
-    if errors:
-        raise errors[0]
-    return out
+    rows = list(zip(*columns))
+    return SharedMap(lambda row: fn(*row), rows, _CPUS - 1).join()
 
 
 def submit_map(fn: Callable[[Any], Any], items: Sequence[Any], finish: Callable[[list[Any]], Any]) -> Future:

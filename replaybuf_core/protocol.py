@@ -20,6 +20,13 @@ Optional methods, called only when present (``getattr(store, name, None)``):
 ``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)
 ``read_rows(group, name, rows, out)``  gather arbitrary rows (int array of any shape) into ``out``
                                       (shape ``rows.shape + step shape``); else :func:`read_rows_via_ranges`
+``read_rows_async(group, name, rows, out)``  start that gather; returns an object whose ``result()``
+                                      finishes it and returns ``out`` (the sampler starts every key first)
+``write_async(group, name, start, values) -> Future``  a ``write`` that may finish in the background
+                                      (``EpisodeWriter`` overlaps encoding with staging); the
+                                      ``concurrent.futures.Future`` carries its error.  Until it is done,
+                                      the backend makes overlapping reads, shrinking resizes,
+                                      deletes/renames, ``flush`` and ``close`` wait for it
 ``lock_path() -> path | None``        directory where writable opens take the writer lock
                                       (:mod:`replaybuf_core.locking`); None: no lock
 ``remove_debris(group) -> list[str]`` delete leftovers of a killed writer that are not arrays

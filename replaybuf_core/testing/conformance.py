@@ -729,6 +729,33 @@ class StorageProtocolConformance:
         s.create_array("data", "b", shape=(1,), dtype=np.dtype(np.float64))  # the name is free again
         assert s.shape("data", "b") == (1,)
 
+    def test_optional_async_verbs(self, harness):
+        """``write_async`` / ``read_rows_async``, when a backend has them, end as their synchronous
+        twins do; reads overlapping a background write see it."""
+        s = harness.make_empty().store
+        write_async = getattr(s, "write_async", None)
+        read_rows_async = getattr(s, "read_rows_async", None)
+        if write_async is None and read_rows_async is None:
+            pytest.skip("backend without the optional async verbs")
+        n = 64
+        values = np.arange(n * 6, dtype=np.float32).reshape(n, 6)
+        chunks = (4, 6) if CAP_CHUNKS in s.capabilities else None
+        s.create_array("data", "a", shape=(n, 6), dtype=np.dtype(np.float32), chunks=chunks, fill_value=0)
+        if write_async is not None:
+            futures = [write_async("data", "a", i, values[i:i + 32]) for i in range(0, n, 32)]
+            np.testing.assert_array_equal(s.read("data", "a", 0, n), values)  # waits where it must
+            for f in futures:
+                f.result()
+            with pytest.raises(IndexError):
+                write_async("data", "a", n - 1, values[:2])  # rows that do not exist: before anything
+        else:
+            s.write("data", "a", 0, values)
+        if read_rows_async is not None:
+            rows = np.array([[5, 0, 63], [17, 17, 40]])
+            out = np.empty(rows.shape + (6,), np.float32)
+            assert read_rows_async("data", "a", rows, out).result() is out
+            np.testing.assert_array_equal(out, values[rows])
+
     def test_attrs(self, harness):
         s = harness.make_empty().store
         s.set_attrs("meta", {"x": 1, "y": "z"})

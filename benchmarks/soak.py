@@ -21,7 +21,7 @@ import numpy as np
 from replaybuf_core.testing import crash
 
 #: kind → largest kill delay (s): a few calls of the operation, so kills land anywhere in it
-MAX_DELAY = {"add_episode": 0.3, "writer": 0.4, "drop_episode": 0.3, "pop_episode": 0.3,
+MAX_DELAY = {"add_episode": 0.3, "writer": 0.4, "writer_frames": 0.4, "drop_episode": 0.3, "pop_episode": 0.3,
              "set_chunks": 0.8, "set_compressors": 0.8, "rechunk_recompress": 0.8}
 
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="replaybuf-soak-") as tmp:
         for kind in kinds:
             path = Path(tmp) / f"{kind}.zarr"
-            crash.create(path)
+            crash.create(path, kind=kind)
             t0 = time.perf_counter()
             results = [crash.run_trial(kind, path, rng, max_delay=MAX_DELAY.get(kind, 0.5))
                        for _ in range(args.trials)]

@@ -206,7 +206,7 @@ def test_verify_repair_cli(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------ fault injection
 #: (kind, max delay in s): long enough to land anywhere in a few calls of the operation
-KILLS = [("add_episode", 0.3), ("writer", 0.4), ("drop_episode", 0.3), ("pop_episode", 0.3),
+KILLS = [("add_episode", 0.3), ("writer", 0.4), ("writer_frames", 0.4), ("drop_episode", 0.3), ("pop_episode", 0.3),
          ("set_chunks", 0.6), ("set_compressors", 0.6), ("rechunk_recompress", 0.6)]
 N_KILLS = 5
 
@@ -214,7 +214,7 @@ N_KILLS = 5
 @pytest.mark.parametrize("kind, max_delay", KILLS, ids=[k for k, _ in KILLS])
 def test_sigkill(tmp_path, kind, max_delay):
     path = tmp_path / "crash.zarr"
-    crash.create(path, n_episodes=crash.MIN_EPISODES)
+    crash.create(path, n_episodes=crash.MIN_EPISODES, kind=kind)
     rng = np.random.default_rng(sum(map(ord, kind)))
     results = [crash.run_trial(kind, path, rng, max_delay=max_delay) for _ in range(N_KILLS)]
     bad = [r for r in results if not r.clean_open or r.lost]

@@ -7,7 +7,9 @@ returns.  The parent kills it after a random delay and checks (:func:`run_trial`
 that every committed episode is bit-exact (episode ``i`` is :func:`episode`\\ ``(i)``, so the parent can
 rebuild it), that at most the episode in flight is missing, and that appending continues.
 
-Kinds: ``add_episode``, ``writer`` (``EpisodeWriter``), ``drop_episode``, ``pop_episode``,
+Kinds: ``add_episode``, ``writer`` (``EpisodeWriter``), ``writer_frames`` (``EpisodeWriter`` on a store
+with one-frame ``img`` chunks, so blocks are encoded in the background, committing every 20 ms),
+``drop_episode``, ``pop_episode``,
 ``set_chunks``, ``set_compressors``, ``rechunk_recompress`` (``replaybuf_zarr.rechunk_recompress_array``).
 """
 
@@ -26,12 +28,14 @@ import numpy as np
 from ..buffer import ReplayBuffer
 from ..recovery import is_temp_name
 
-KINDS = ("add_episode", "writer", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
+KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
          "rechunk_recompress")
-APPEND_KINDS = ("add_episode", "writer")
+APPEND_KINDS = ("add_episode", "writer", "writer_frames")
 SHRINK_KINDS = ("drop_episode", "pop_episode")
 KEYS = ("action", "img", "label", "obs")
 CHUNKS = {"obs": (8, 4), "action": (8, 2), "img": (8, 6, 6, 3), "label": (8,)}
+#: ``writer_frames``: one frame a chunk, as camera frames are stored (writes of many chunks run on the pool)
+FRAME_CHUNKS = dict(CHUNKS, img=(1, 6, 6, 3))
 #: the parent tops a store up to this many episodes before a shrink trial, trims it past MAX_EPISODES
 MIN_EPISODES, MAX_EPISODES = 40, 300
 
@@ -57,11 +61,13 @@ def expected_steps(n_episodes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return ends, data
 
 
-def create(path: str | os.PathLike, n_episodes: int = MIN_EPISODES) -> None:
-    """A fresh LocalStore buffer at ``path`` holding episodes ``0..n_episodes-1`` (chunks of 8 rows)."""
+def create(path: str | os.PathLike, n_episodes: int = MIN_EPISODES, kind: str | None = None) -> None:
+    """A fresh LocalStore buffer at ``path`` holding episodes ``0..n_episodes-1`` (chunks of 8 rows;
+    one-frame ``img`` chunks for ``kind="writer_frames"``)."""
+    chunks = FRAME_CHUNKS if kind == "writer_frames" else CHUNKS
     with ReplayBuffer.create_empty("zarr", os.fspath(path)) as rb:
         for i in range(n_episodes):
-            rb.add_episode(episode(i), chunks=CHUNKS)
+            rb.add_episode(episode(i), chunks=chunks)
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -76,8 +82,8 @@ def _child(kind: str, path: str) -> None:  # pragma: no cover - runs in a subpro
             rb.add_episode(episode(rb.n_episodes))
             out.write(f"done {rb.n_episodes}\n")
             out.flush()
-    elif kind == "writer":
-        with rb.writer() as w:
+    elif kind in ("writer", "writer_frames"):
+        with rb.writer(commit_interval=0.02 if kind == "writer_frames" else 1.0) as w:
             i = rb.n_episodes
             while i < MAX_EPISODES + 100:
                 w.add_episode(episode(i))

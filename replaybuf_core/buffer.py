@@ -530,12 +530,17 @@ class ReplayBuffer:
         return self.meta
 
     # ------------------------------------------------------------------ writing
-    def _require_writable(self) -> None:
+    def _require_writable(self, by_writer: bool = False) -> None:
+        """Raises ValueError (closed), ReadOnlyError, or RuntimeError while an :meth:`writer` is open
+        (its staged rows would be overwritten or merged; only the writer itself may append then)."""
         if self._closed:
             raise ValueError("this replay buffer is closed")
         if self._store.read_only:
             raise ReadOnlyError("this replay buffer is open read-only (create_from_path opens read-only; "
                                 "use ReplayBuffer(path) or copy_from_path to write)")
+        if not by_writer and getattr(self, "_open_writer", None) is not None:
+            raise RuntimeError("an EpisodeWriter is open on this buffer: add episodes through it, and "
+                               "close it (leave its with block) before changing the buffer otherwise")
 
     def _validate_episode(self, data: Mapping[str, Any], chunks, compressors):
         if not isinstance(data, Mapping):

@@ -63,7 +63,7 @@ class EpisodeWriter:
 
     def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
                  max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0):
-        buffer._require_writable()
+        buffer._require_writable()  # also refuses a second writer on the same buffer
         if not commit_interval >= 0:
             raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
         self._rb = buffer
@@ -81,6 +81,7 @@ class EpisodeWriter:
         self._failed: BaseException | None = None
         self._commit_interval = float(commit_interval)
         self._last_commit = -float("inf")  # the first episode commits at once
+        buffer._open_writer = self  # until close: the buffer refuses other changes meanwhile
 
     # -- public -----------------------------------------------------------------------------------
     @property
@@ -104,6 +105,8 @@ class EpisodeWriter:
         if not self._written:
             self._start()
         for key, arr in arrays.items():
+            if np.may_share_memory(arr, data[key]):  # the caller may refill its array for the next episode
+                arr = arr.copy()
             self._pending[key].append(arr)
             self._staged_bytes += arr.nbytes if arr.dtype != object else 64 * arr.size
         end = (self._ends[-1] if self._ends else rb.n_steps) + length
@@ -126,6 +129,12 @@ class EpisodeWriter:
             except BaseException:
                 self._trim_uncommitted()
                 raise
+            finally:
+                self._release()
+
+    def _release(self) -> None:
+        if getattr(self._rb, "_open_writer", None) is self:
+            self._rb._open_writer = None
 
     def __enter__(self) -> EpisodeWriter:
         return self
@@ -139,6 +148,8 @@ class EpisodeWriter:
             self.flush()
         except BaseException:
             self._trim_uncommitted()
+        finally:
+            self._release()
 
     # -- internals ----------------------------------------------------------------------------------
     def _check_not_failed(self) -> None:
@@ -184,22 +195,32 @@ class EpisodeWriter:
                 stops = {k: max(stop, min(target, avail[k])) for k, stop in stops.items()}
         else:
             stops = avail
-        for key, parts in self._pending.items():
-            start, stop = self._written[key], stops[key]
-            if not parts or stop <= start:
-                continue
-            block = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            n = stop - start
-            if s.shape("data", key)[0] < stop:
-                s.resize("data", key, stop)
-            if write_async is not None:
-                futures.append(write_async("data", key, start, block[:n]))
-            else:
-                s.write("data", key, start, block[:n])
-            rest = block[n:]
-            self._pending[key] = [rest] if len(rest) else []
-            self._written[key] = stop
-            wrote = True
+        try:
+            for key, parts in self._pending.items():
+                start, stop = self._written[key], stops[key]
+                if not parts or stop <= start:
+                    continue
+                block = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                n = stop - start
+                if s.shape("data", key)[0] < stop:
+                    s.resize("data", key, stop)
+                if write_async is not None:
+                    futures.append(write_async("data", key, start, block[:n]))
+                else:
+                    s.write("data", key, start, block[:n])
+                rest = block[n:]
+                self._pending[key] = [rest] if len(rest) else []
+                self._written[key] = stop
+                wrote = True
+        except Exception as exc:  # a failed write (disk full...): no later commit may count on it
+            self._inflight.append((futures, dict(self._written)))
+            self._failed = exc
+            self._wait_all()
+            raise
+        except BaseException:  # Ctrl-C mid-block: keep what was started; flush() goes on from there
+            if futures:
+                self._inflight.append((futures, dict(self._written)))
+            raise
         self._staged_bytes = sum(
             sum(p.nbytes if p.dtype != object else 64 * p.size for p in parts) for parts in self._pending.values()
         )

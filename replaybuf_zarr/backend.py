@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
 from pathlib import Path
@@ -73,6 +74,7 @@ class ZarrBackend:
         self._writers: dict[tuple[str, str], ChunkWriter | None] = {}
         # background writes not known to be done: (group, name) -> [(start, stop, future)]
         self._pending: dict[tuple[str, str], list[tuple[int, int, Future]]] = {}
+        self._pending_lock = threading.Lock()  # a sampler thread may read while the writer writes
         self._listing: dict[str, list[str]] = {}
         self._cache = ChunkCache(DEFAULT_CACHE_BYTES)
         self._reader_ids = itertools.count()
@@ -375,7 +377,8 @@ class ZarrBackend:
                 future = writer.submit(start, values)
                 if future is not None:
                     self._forget(key, start, stop)  # reads of these rows wait for the write
-                    self._pending.setdefault(key, []).append((start, stop, future))
+                    with self._pending_lock:
+                        self._pending.setdefault(key, []).append((start, stop, future))
                     return future
         self.write(group, name, start, values)
         done: Future = Future()
@@ -385,23 +388,23 @@ class ZarrBackend:
     def _settle(self, key: tuple[str, str], lo: int = 0, hi: int | None = None) -> None:
         """Wait for the background writes of ``key`` overlapping rows ``[lo, hi)`` (all when ``hi``
         is None) and forget every finished one.  Their errors stay with their futures."""
-        pending = self._pending.get(key)
+        with self._pending_lock:
+            pending = list(self._pending.get(key, ()))
         if not pending:
             return
-        keep = []
-        for a, b, f in pending:
-            if hi is None or (a < hi and lo < b):
-                wait([f])
-            elif not f.done():
-                keep.append((a, b, f))
-        if keep:
-            self._pending[key] = keep
-        else:
-            del self._pending[key]
+        wait([f for a, b, f in pending if hi is None or (a < hi and lo < b)])
+        with self._pending_lock:
+            left = [(a, b, f) for a, b, f in self._pending.get(key, ()) if not f.done()]
+            if left:
+                self._pending[key] = left
+            else:
+                self._pending.pop(key, None)
 
     def settle_writes(self) -> None:
         """Wait for every background write of this store (errors stay with their futures)."""
-        for key in list(self._pending):
+        with self._pending_lock:
+            keys = list(self._pending)
+        for key in keys:
             self._settle(key)
 
     def read(self, group, name, start, stop, step=None):

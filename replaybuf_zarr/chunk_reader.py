@@ -19,6 +19,7 @@ by a crc32c when ``index_codecs`` are ``[bytes, crc32c]``).
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -33,6 +34,8 @@ from .layout import ShardLayout, chunk_layout
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
+#: descriptors of replaced objects kept open this long (counted in later replacements)
+RETIRED_FDS = 64
 
 
 def _blosc_decompress(data: Any, dest: Any = None) -> Any:
@@ -137,6 +140,7 @@ class _Fetcher:
         from zarr.storage import LocalStore, MemoryStore
 
         self._fds: dict[str, int] = {}
+        self._retired: deque[int] = deque()  # dropped descriptors, closed a while later (forget)
         self._pid = os.getpid()
         if isinstance(store, LocalStore):
             self.kind = "local"
@@ -150,6 +154,7 @@ class _Fetcher:
     def _fd(self, key: str) -> int | None:
         if self._pid != os.getpid():  # forked: the parent's descriptors are not ours to keep
             self._fds = {}
+            self._retired = deque()
             self._pid = os.getpid()
         fd = self._fds.get(key)
         if fd is None:
@@ -165,20 +170,26 @@ class _Fetcher:
 
     def close(self) -> None:
         if self._pid == os.getpid():
-            for fd in self._fds.values():
+            for fd in [*self._fds.values(), *self._retired]:
                 try:
                     os.close(fd)
                 except OSError:  # pragma: no cover
                     pass
         self._fds = {}
+        self._retired = deque()
 
     def forget(self, key: str) -> None:
-        """Close the descriptor of ``key`` (its file was replaced: the old one reads the old bytes)."""
+        """Drop the descriptor of ``key`` (its file was replaced: the old one reads the old bytes).
+        It is closed only after :data:`RETIRED_FDS` more have been dropped: another thread may have
+        just taken it for a read, and a closed number can be reused for another file at once."""
         fd = self._fds.pop(key, None)
-        if fd is not None and self._pid == os.getpid():
+        if fd is None or self._pid != os.getpid():
+            return
+        self._retired.append(fd)
+        while len(self._retired) > RETIRED_FDS:
             try:
-                os.close(fd)
-            except OSError:  # pragma: no cover
+                os.close(self._retired.popleft())
+            except (OSError, IndexError):  # pragma: no cover
                 pass
 
     def __del__(self) -> None:

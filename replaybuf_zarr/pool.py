@@ -111,7 +111,7 @@ def submit_map(fn: Callable[[Any], Any], items: Sequence[Any], finish: Callable[
     if n < PARALLEL_MIN or workers < 2:
         try:
             future.set_result(finish([fn(x) for x in items]))
-        except BaseException as exc:  # handed to whoever waits on the future
+        except Exception as exc:  # handed to whoever waits on the future (Ctrl-C propagates)
             future.set_exception(exc)
         return future
     n_tasks = min(n, workers * TASKS_PER_WORKER)

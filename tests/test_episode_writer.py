@@ -127,3 +127,132 @@ def test_a_failed_background_write_stops_the_writer_and_keeps_committed_episodes
 def test_commit_interval_is_validated():
     with pytest.raises(ValueError, match="commit_interval"):
         ReplayBuffer.create_empty("zarr").writer(commit_interval=-1)
+
+
+def test_the_writer_copies_what_the_caller_may_refill(tmp_path):
+    """A recorder refilling one buffer per episode: staged episodes must not change with it."""
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "r.zarr"))
+    buf = np.zeros((500, 7), np.float32)
+    with rb.writer(chunks={"obs": (1000, 7)}) as w:
+        for i in range(10):
+            n = 20 + 7 * i
+            buf[:n] = i
+            w.add_episode({"obs": buf[:n]})
+    assert [float(rb.get_episode(i)["obs"].mean()) for i in range(10)] == [float(i) for i in range(10)]
+
+
+def test_a_failed_synchronous_write_also_stops_the_writer(tmp_path, monkeypatch):
+    """A number key's chunk rewrite failing in the same block as a background image write: the
+    caller catching the error and recording on must not commit rows that were never stored."""
+    from replaybuf_zarr.chunk_writer import ChunkWriter
+
+    eps = _episodes([12] * 8)
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "s.zarr"))
+    real_put = ChunkWriter._put
+    calls = {"n": 0}
+
+    def failing_put(self, key, data):
+        if "obs" in self._prefix:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise OSError(28, "No space left on device")
+        return real_put(self, key, data)
+
+    monkeypatch.setattr(ChunkWriter, "_put", failing_put)
+    errors = []
+    with pytest.raises(RuntimeError):
+        with rb.writer(chunks=FRAME_CHUNKS, commit_interval=0) as w:
+            for e in eps:
+                try:
+                    w.add_episode(e)
+                except (OSError, RuntimeError) as exc:  # a careless recorder keeps going
+                    errors.append(exc)
+    monkeypatch.undo()
+    assert errors and isinstance(errors[0], OSError)
+    again = ReplayBuffer.create_from_path(tmp_path / "s.zarr")
+    assert again.n_episodes < len(eps)
+    for i in range(again.n_episodes):  # what was committed is exactly what was added
+        for k in eps[i]:
+            np.testing.assert_array_equal(again.get_episode(i)[k], eps[i][k])
+
+
+def test_ctrl_c_during_an_inline_block_keeps_every_episode_added(tmp_path, monkeypatch):
+    from replaybuf_zarr.chunk_writer import ChunkWriter
+
+    eps = _episodes([5] * 12)
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "k.zarr"))
+    real_put = ChunkWriter._put
+    calls = {"n": 0}
+
+    def interrupted_put(self, key, data):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return real_put(self, key, data)
+
+    added = 0
+    with pytest.raises(KeyboardInterrupt):
+        with rb.writer(chunks={"obs": (4, 3), "img": (4, 4, 4, 3)}, commit_interval=0) as w:
+            for e in eps:
+                monkeypatch.setattr(ChunkWriter, "_put", interrupted_put)
+                w.add_episode(e)
+                added += 1
+    monkeypatch.undo()
+    # the episode being added when Ctrl-C came was staged (validated) too: it is kept as well
+    assert rb.n_episodes in (added, added + 1)
+    for i in range(rb.n_episodes):
+        for k in eps[i]:
+            np.testing.assert_array_equal(rb.get_episode(i)[k], eps[i][k])
+
+
+def test_reading_from_another_thread_while_writing(tmp_path):
+    import threading
+
+    from replaybuf_core.sampler import SequenceSampler
+
+    eps = _episodes([20 + (i % 7) for i in range(60)])
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "t.zarr"))
+    for e in eps[:3]:
+        rb.add_episode(e, chunks=FRAME_CHUNKS)
+    stop, problems = threading.Event(), []
+
+    def reader():
+        rng = np.random.default_rng(1)
+        while not stop.is_set():
+            try:
+                n = rb.n_episodes
+                i = int(rng.integers(0, n))
+                got = rb.get_episode(i)
+                assert all(np.array_equal(got[k], eps[i][k]) for k in eps[i])
+                sampler = SequenceSampler(rb, 4)
+                sampler.sample_batch(rng.integers(0, len(sampler), 16))
+            except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                problems.append(exc)
+                return
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        with rb.writer(commit_interval=0) as w:
+            for e in eps[3:]:
+                w.add_episode(e)
+    finally:
+        stop.set()
+        t.join()
+    assert not problems, problems
+    for i, e in enumerate(eps):
+        for k in e:
+            np.testing.assert_array_equal(rb.get_episode(i)[k], e[k])
+
+
+def test_no_other_change_while_a_writer_is_open():
+    rb = ReplayBuffer.create_empty("zarr")
+    rb.add_episode({"x": np.zeros((3, 2), "f4")})
+    with rb.writer() as w:
+        w.add_episode({"x": np.ones((4, 2), "f4")})
+        for change in (lambda: rb.add_episode({"x": np.zeros((2, 2), "f4")}), rb.drop_episode,
+                       rb.pop_episode, rb.writer, lambda: rb.set_chunks({"x": (8, 2)})):
+            with pytest.raises(RuntimeError, match="EpisodeWriter is open"):
+                change()
+    rb.add_episode({"x": np.full((2, 2), 2, "f4")})  # closed: allowed again
+    assert rb.n_episodes == 3 and list(rb.episode_lengths) == [3, 4, 2]

@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 
-import h5py
 import numcodecs
 import numpy as np
 import pytest
+
+h5py = pytest.importorskip("h5py")  # the plugin is optional: `pip install -e plugins/replaybuf-hdf5`
+pytest.importorskip("replaybuf_hdf5")
 
 from replaybuf_core import ReplayBuffer, get_backend, guess_backend, list_backends
 from replaybuf_core.errors import ReadOnlyError

@@ -316,9 +316,7 @@ class SequenceSampler:
         b, s = rows.shape[0], self.sequence_length
         dtype = _sample_dtype(arr_like.dtype)
         k = self.key_first_k.get(key, s)
-        # unread key_first_k slots of a 0-filled kind come for free from calloc'd pages (no write)
-        zero_tail = k < s and dtype.kind in "biu"
-        out = (np.zeros if zero_tail else np.empty)((b, s) + tuple(arr_like.shape[1:]), dtype=dtype)
+        out = np.empty((b, s) + tuple(arr_like.shape[1:]), dtype=dtype)
         slots = np.arange(s, dtype=np.int64)
         ss = rows[:, 2:3]
         sel = n_read > 0
@@ -337,7 +335,7 @@ class SequenceSampler:
                     out[:, :k] = flat[gather]
                 else:
                     out[sel, :k] = flat[gather]
-        if k < s and not zero_tail:
+        if k < s:  # after the read started: pool helpers decode while this thread fills
             out[:, k:] = _unread_value(dtype)
 
         def finish() -> np.ndarray:

@@ -179,7 +179,8 @@ class _NotLossless(Exception):
 class _RowReader:
     """Serve increasing row ranges ``[start, stop)`` of one array, reading it in blocks aligned to
     ``block`` rows (its chunk / shard length) so each stored object is decoded once.  Holds at most
-    the blocks overlapping the current range; hands out copies, so no caller keeps a block alive.
+    the blocks overlapping the current range.  A range inside one block is handed out as a view of it
+    (``EpisodeWriter.add_episode`` copies what it stages; the checker keeps it until the commit).
     ``convert(block, first_row)``, when given, maps each block as it is read (the uint8 conversion,
     done once per source chunk on the decoded block rather than on copies of it)."""
 
@@ -205,7 +206,7 @@ class _RowReader:
             self._end = new_end
         self._blocks = [(b0, b) for b0, b in self._blocks if b0 + len(b) > start]
         parts = [b[max(start, b0) - b0: min(stop, b0 + len(b)) - b0] for b0, b in self._blocks if b0 < stop]
-        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]  # a view: the writer copies it
 
 
 def _object_rows(store: Any, group: str, name: str) -> int:

@@ -247,6 +247,7 @@ class ChunkReader:
         self._inner_grid = tuple(-(-s // c) for s, c in zip(self.shape[1:], chunk_shape[1:]))
         self._inner_coords = list(np.ndindex(*self._inner_grid)) if self._inner_grid else [()]
         self._pinned: np.ndarray | None = None
+        self._generation = 0  # bumped by forget(): decoded chunks fetched before are not cached
 
     # -- chunk access ---------------------------------------------------------------------------
     def _fill_chunk(self) -> np.ndarray:
@@ -267,13 +268,15 @@ class ChunkReader:
         sh = self._shard
         key = self._key(shard_coords)
         n = sh.index_size
+        generation = self._generation
         raw = self._fetch.get_tail(key, n) if sh.at_end else self._fetch.get_range(key, 0, n)
         if raw is None or len(raw) < n:
             idx = None
         else:
             body = raw[:-4] if sh.crc else raw
             idx = np.frombuffer(body, dtype="<u8").reshape(-1, 2).tolist()
-        self._index_cache[shard_coords] = idx
+        if self._generation == generation:  # not replaced meanwhile by a write in another thread
+            self._index_cache[shard_coords] = idx
         return idx
 
     def _raw_chunk(self, coords: tuple[int, ...]) -> bytes | None:
@@ -305,16 +308,26 @@ class ChunkReader:
         hit = self._cache.get(ckey)
         if hit is not None:
             return hit
+        generation = self._generation
         out = self._decode_or_fill(self._raw_chunk(coords), coords)
         out.flags.writeable = False
-        self._cache.put(ckey, out)
+        self._keep(generation, [coords], [out])
         return out
+
+    def _keep(self, generation: int, coords: Sequence[tuple[int, ...]], decoded: Sequence[np.ndarray]) -> None:
+        """Cache decoded chunks — unless a :meth:`forget` ran since they were fetched: a write in
+        another thread may have replaced the object meanwhile, and the old bytes must not stay."""
+        if self._generation != generation:
+            return
+        for c, d in zip(coords, decoded):
+            self._cache.put((self._cache_id, c), d)
 
     def forget(self, start: int, stop: int) -> None:
         """Drop everything held for rows ``[start, stop)`` after their stored objects were rewritten:
         decoded chunks in the cache, shard indexes, open descriptors of the objects; and a pinned
         copy of the array."""
         self._pinned = None
+        self._generation += 1
         if stop <= start:
             return
         c0 = self.chunk_shape[0]
@@ -405,11 +418,12 @@ class ChunkReader:
             else:
                 out[c] = hit
         if missing:  # fetched (pread releases the GIL) and decoded by the same task
+            generation = self._generation
             decoded = parallel_map(self._fetch_and_decode, missing)
             for c, d in zip(missing, decoded):
                 d.flags.writeable = False  # cached and handed out as views
                 out[c] = d
-                self._cache.put((self._cache_id, c), d)
+            self._keep(generation, missing, decoded)
         return out
 
     def read_ranges(self, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:
@@ -478,13 +492,15 @@ class ChunkReader:
         if len(missing) < PARALLEL_MIN or _CPUS < 2:
             got.update(self.chunks(missing))
             return RowsRead(value=self._scatter(rows, t, uniq, got, out))
+        generation = self._generation
         job = SharedMap(self._fetch_and_decode, missing, _CPUS - 1)
 
         def finish() -> np.ndarray:
-            for c, d in zip(missing, job.join()):
+            decoded = job.join()
+            for c, d in zip(missing, decoded):
                 d.flags.writeable = False  # cached and handed out as views
                 got[c] = d
-                self._cache.put((self._cache_id, c), d)
+            self._keep(generation, missing, decoded)
             return self._scatter(rows, t, uniq, got, out)
 
         return RowsRead(finish=finish)

@@ -202,22 +202,31 @@ class _Fetcher:
         buf = self.mapping.get(key)
         return None if buf is None else buf.to_bytes()
 
-    def get_tail(self, key: str, n: int) -> bytes | None:
+    def handle(self, key: str) -> Any:
+        """One version of object ``key``: its descriptor (file) or buffer (memory); None if absent.
+        Reads through one handle see one version even while a writer replaces the object."""
+        return self._fd(key) if self.kind == "local" else self.mapping.get(key)
+
+    def read_tail(self, handle: Any, n: int) -> bytes:
+        """The last ``n`` bytes (fewer if the object is shorter) of a :meth:`handle`."""
         if self.kind == "local":
-            fd = self._fd(key)
-            if fd is None:
-                return None
-            size = os.fstat(fd).st_size
-            return os.pread(fd, min(n, size), max(0, size - n))
-        b = self.get(key)
-        return None if b is None else b[-n:]
+            size = os.fstat(handle).st_size
+            return os.pread(handle, min(n, size), max(0, size - n))
+        return handle.as_numpy_array()[-n:].tobytes()
+
+    def read_at(self, handle: Any, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of a :meth:`handle`."""
+        if self.kind == "local":
+            return os.pread(handle, stop - start, start)
+        return handle.as_numpy_array()[start:stop].tobytes()
+
+    def get_tail(self, key: str, n: int) -> bytes | None:
+        h = self.handle(key)
+        return None if h is None else self.read_tail(h, n)
 
     def get_range(self, key: str, start: int, stop: int) -> bytes | None:
-        if self.kind == "local":
-            fd = self._fd(key)
-            return None if fd is None else os.pread(fd, stop - start, start)
-        buf = self.mapping.get(key)
-        return None if buf is None else buf.as_numpy_array()[start:stop].tobytes()
+        h = self.handle(key)
+        return None if h is None else self.read_at(h, start, stop)
 
 
 class ChunkReader:
@@ -259,25 +268,27 @@ class ChunkReader:
             key = self._keys[coords] = self._prefix + self._meta.encode_chunk_key(coords)
         return key
 
-    def _shard_index(self, shard_coords: tuple[int, ...]) -> list | None:
-        """The shard's index as a flat list of ``[offset, nbytes]`` (C order of the inner chunks),
-        read once per shard; None when the shard does not exist."""
-        idx = self._index_cache.get(shard_coords, False)
-        if idx is not False:
-            return idx
+    def _shard_index(self, shard_coords: tuple[int, ...]) -> tuple[Any, list] | None:
+        """``(handle, index)`` of the shard: the index as a flat list of ``[offset, nbytes]`` (C order
+        of the inner chunks), read once per shard, and the handle it was read through (chunk bytes
+        are read through it too, so index and bytes come from one version of the shard); None when
+        the shard does not exist."""
+        entry = self._index_cache.get(shard_coords, False)
+        if entry is not False:
+            return entry
         sh = self._shard
-        key = self._key(shard_coords)
         n = sh.index_size
         generation = self._generation
-        raw = self._fetch.get_tail(key, n) if sh.at_end else self._fetch.get_range(key, 0, n)
-        if raw is None or len(raw) < n:
-            idx = None
-        else:
-            body = raw[:-4] if sh.crc else raw
-            idx = np.frombuffer(body, dtype="<u8").reshape(-1, 2).tolist()
+        handle = self._fetch.handle(self._key(shard_coords))
+        entry = None
+        if handle is not None:
+            raw = self._fetch.read_tail(handle, n) if sh.at_end else self._fetch.read_at(handle, 0, n)
+            if len(raw) >= n:
+                body = raw[:-4] if sh.crc else raw
+                entry = (handle, np.frombuffer(body, dtype="<u8").reshape(-1, 2).tolist())
         if self._generation == generation:  # not replaced meanwhile by a write in another thread
-            self._index_cache[shard_coords] = idx
-        return idx
+            self._index_cache[shard_coords] = entry
+        return entry
 
     def _raw_chunk(self, coords: tuple[int, ...]) -> bytes | None:
         if self._shard is None:
@@ -292,15 +303,16 @@ class ChunkReader:
             local = 0
             for c, p, stride in zip(coords, per, self._strides):
                 local += (c % p) * stride
-        idx = self._index_cache.get(shard_coords, False)
-        if idx is False:
-            idx = self._shard_index(shard_coords)
-        if idx is None:
+        entry = self._index_cache.get(shard_coords, False)
+        if entry is False:
+            entry = self._shard_index(shard_coords)
+        if entry is None:
             return None
+        handle, idx = entry
         offset, nbytes = idx[local]
         if offset == _EMPTY:
             return None
-        return self._fetch.get_range(self._key(shard_coords), offset, offset + nbytes)
+        return self._fetch.read_at(handle, offset, offset + nbytes)
 
     def chunk(self, coords: tuple[int, ...]) -> np.ndarray:
         """The decoded chunk at grid ``coords`` (fill values when it was never written)."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .interrupts import deferred_sigint
 from .protocol import CAP_CHUNKS, CAP_SHARDS
 
 if TYPE_CHECKING:
@@ -90,10 +91,15 @@ class EpisodeWriter:
         return len(self._ends)
 
     def add_episode(self, data: Mapping[str, Any]) -> None:
-        """Stage one episode (key → array (T, ...)); raises what ``ReplayBuffer.add_episode`` raises."""
+        """Stage one episode (key → array (T, ...)); raises what ``ReplayBuffer.add_episode`` raises.
+        A Ctrl-C meanwhile is raised when the episode is staged (and written where due)."""
         if self._closed:
             raise RuntimeError("this EpisodeWriter is closed")
         self._check_not_failed()
+        with deferred_sigint():
+            self._add_episode(data)
+
+    def _add_episode(self, data: Mapping[str, Any]) -> None:
         rb = self._rb
         if not self._written and not rb.keys():
             # the first episode of an empty buffer creates the arrays (through the buffer's rules)
@@ -114,10 +120,12 @@ class EpisodeWriter:
         self._write(aligned=self._staged_bytes < self._max_staged)
 
     def flush(self) -> None:
-        """Write every staged row (partial objects included) and commit every staged episode."""
+        """Write every staged row (partial objects included) and commit every staged episode
+        (Ctrl-C meanwhile is raised once they are committed)."""
         self._check_not_failed()
         if self._written:
-            self._write(aligned=False)
+            with deferred_sigint():
+                self._write(aligned=False)
 
     def close(self) -> None:
         """Flush and stop accepting episodes; when that flush fails, the uncommitted rows are
@@ -252,6 +260,9 @@ class EpisodeWriter:
     def _commit(self) -> None:
         if self._failed is not None:
             return
+        committed = self._rb.n_steps
+        while self._ends and self._ends[0] <= committed:  # committed already (an interrupted _commit)
+            del self._ends[0]
         done = min(self._durable.values()) if self._durable else self._rb.n_steps
         k = 0
         while k < len(self._ends) and self._ends[k] <= done:

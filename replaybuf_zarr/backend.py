@@ -376,9 +376,9 @@ class ZarrBackend:
                 self._settle(key, start, stop)  # two writes of one object must not race
                 future = writer.submit(start, values)
                 if future is not None:
-                    self._forget(key, start, stop)  # reads of these rows wait for the write
-                    with self._pending_lock:
+                    with self._pending_lock:  # from now on reads of these rows wait for the write ...
                         self._pending.setdefault(key, []).append((start, stop, future))
+                    self._forget(key, start, stop)  # ... and find nothing of the old objects
                     return future
         self.write(group, name, start, values)
         done: Future = Future()

@@ -19,6 +19,8 @@ by a crc32c when ``index_codecs`` are ``[bytes, crc32c]``).
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -34,8 +36,8 @@ from .layout import ShardLayout, chunk_layout
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
-#: descriptors of replaced objects kept open this long (counted in later replacements)
-RETIRED_FDS = 64
+#: descriptors of replaced objects stay open at least this long (s), and at most this many
+RETIRED_SECONDS, RETIRED_FDS = 2.0, 256
 
 
 def _blosc_decompress(data: Any, dest: Any = None) -> Any:
@@ -140,7 +142,9 @@ class _Fetcher:
         from zarr.storage import LocalStore, MemoryStore
 
         self._fds: dict[str, int] = {}
-        self._retired: deque[int] = deque()  # dropped descriptors, closed a while later (forget)
+        self._retired: deque[tuple[float, int]] = deque()  # (when, fd) dropped, closed later (forget)
+        self._versions: dict[str, int] = {}  # per object: how many times it was forgotten (replaced)
+        self._lock = threading.Lock()
         self._pid = os.getpid()
         if isinstance(store, LocalStore):
             self.kind = "local"
@@ -158,11 +162,17 @@ class _Fetcher:
             self._pid = os.getpid()
         fd = self._fds.get(key)
         if fd is None:
+            version = self._versions.get(key, 0)
             try:
                 fd = os.open(f"{self.root}/{key}", os.O_RDONLY)
             except FileNotFoundError:
                 return None
-            kept = self._fds.setdefault(key, fd)  # another thread may have opened it meanwhile
+            with self._lock:
+                if self._versions.get(key, 0) != version:
+                    # replaced while we opened it (a writer thread): good for this read only
+                    self._retired.append((time.monotonic(), fd))
+                    return fd
+                kept = self._fds.setdefault(key, fd)  # another thread may have opened it meanwhile
             if kept != fd:
                 os.close(fd)
             fd = kept
@@ -170,7 +180,7 @@ class _Fetcher:
 
     def close(self) -> None:
         if self._pid == os.getpid():
-            for fd in [*self._fds.values(), *self._retired]:
+            for fd in [*self._fds.values(), *(fd for _, fd in self._retired)]:
                 try:
                     os.close(fd)
                 except OSError:  # pragma: no cover
@@ -180,17 +190,20 @@ class _Fetcher:
 
     def forget(self, key: str) -> None:
         """Drop the descriptor of ``key`` (its file was replaced: the old one reads the old bytes).
-        It is closed only after :data:`RETIRED_FDS` more have been dropped: another thread may have
-        just taken it for a read, and a closed number can be reused for another file at once."""
-        fd = self._fds.pop(key, None)
-        if fd is None or self._pid != os.getpid():
-            return
-        self._retired.append(fd)
-        while len(self._retired) > RETIRED_FDS:
-            try:
-                os.close(self._retired.popleft())
-            except (OSError, IndexError):  # pragma: no cover
-                pass
+        It is closed :data:`RETIRED_SECONDS` later (or when :data:`RETIRED_FDS` wait): another thread
+        may have just taken it for a read, and a closed number is reused for the next file opened."""
+        with self._lock:
+            self._versions[key] = self._versions.get(key, 0) + 1  # an open under way keeps out
+            fd = self._fds.pop(key, None)
+            if fd is None or self._pid != os.getpid():
+                return
+            now = time.monotonic()
+            self._retired.append((now, fd))
+            while self._retired and (len(self._retired) > RETIRED_FDS or now - self._retired[0][0] > RETIRED_SECONDS):
+                try:
+                    os.close(self._retired.popleft()[1])
+                except (OSError, IndexError):  # pragma: no cover
+                    pass
 
     def __del__(self) -> None:
         self.close()
@@ -206,6 +219,10 @@ class _Fetcher:
         """One version of object ``key``: its descriptor (file) or buffer (memory); None if absent.
         Reads through one handle see one version even while a writer replaces the object."""
         return self._fd(key) if self.kind == "local" else self.mapping.get(key)
+
+    def size(self, handle: Any) -> int:
+        """Bytes in the object behind a :meth:`handle`."""
+        return os.fstat(handle).st_size if self.kind == "local" else len(handle.as_numpy_array())
 
     def read_tail(self, handle: Any, n: int) -> bytes:
         """The last ``n`` bytes (fewer if the object is shorter) of a :meth:`handle`."""
@@ -283,12 +300,34 @@ class ChunkReader:
         entry = None
         if handle is not None:
             raw = self._fetch.read_tail(handle, n) if sh.at_end else self._fetch.read_at(handle, 0, n)
-            if len(raw) >= n:
-                body = raw[:-4] if sh.crc else raw
-                entry = (handle, np.frombuffer(body, dtype="<u8").reshape(-1, 2).tolist())
+            entry = (handle, self._check_index(shard_coords, raw, self._fetch.size(handle)))
         if self._generation == generation:  # not replaced meanwhile by a write in another thread
             self._index_cache[shard_coords] = entry
         return entry
+
+    def _check_index(self, shard_coords: tuple[int, ...], raw: bytes, size: int) -> list:
+        """The shard index as a list of ``[offset, nbytes]``, after checking it (Zarr v3 sharding
+        spec): long enough, its crc32c when the index codecs carry one, every chunk inside the file.
+
+        Raises:
+            CorruptStoreError: naming the array and the shard (a truncated or damaged shard).
+        """
+        sh = self._shard
+        where = f"{self._prefix.rstrip('/') or 'array'}: shard {shard_coords}"
+        if len(raw) < sh.index_size:
+            raise CorruptStoreError(f"{where} is {size} bytes, too short for its {sh.index_size}-byte index "
+                                    "(truncated or emptied)")
+        body = raw[:-4] if sh.crc else raw
+        if sh.crc:
+            import google_crc32c
+
+            if google_crc32c.value(bytes(body)) != int.from_bytes(raw[-4:], "little"):
+                raise CorruptStoreError(f"{where}: the index checksum (crc32c) does not match (damaged shard)")
+        index = np.frombuffer(body, dtype="<u8").reshape(-1, 2)
+        used = index[:, 0] != _EMPTY
+        if np.any(index[used, 0] + index[used, 1] > size):
+            raise CorruptStoreError(f"{where}: the index points past the end of the {size}-byte shard (truncated)")
+        return index.tolist()
 
     def _raw_chunk(self, coords: tuple[int, ...]) -> bytes | None:
         if self._shard is None:

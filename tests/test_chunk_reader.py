@@ -170,3 +170,33 @@ def test_buffer_read_rows(backend):
         rb.read_rows("nope", [0])
     with pytest.raises(ValueError, match="out has shape"):
         rb.read_rows("x", [0, 1], out=np.empty((3, 2), "f4"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "flip_index_byte"])
+def test_a_damaged_shard_is_an_error_naming_the_array_and_shard(tmp_path, damage):
+    """A shard cut short, emptied, or with a flipped index byte raises CorruptStoreError (the index's
+    crc32c and bounds are checked); other shards still read; a missing shard reads as fill values."""
+    from replaybuf_core.errors import CorruptStoreError
+    from replaybuf_zarr.codecs import WebPCodec
+
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    frames = np.random.default_rng(0).integers(0, 255, (12, 8, 8, 3), dtype=np.uint8)
+    a = g.create_array("img", shape=frames.shape, chunks=(1, 8, 8, 3), shards=(4, 8, 8, 3), dtype="uint8",
+                       serializer=WebPCodec(level=90, lossless=True), compressors=None)
+    a[:] = frames
+    shard = tmp_path / "s.zarr" / "img" / "c" / "1" / "0" / "0" / "0"
+    raw = shard.read_bytes()
+    if damage == "truncate":
+        shard.write_bytes(raw[: len(raw) // 2])
+    elif damage == "empty":
+        shard.write_bytes(b"")
+    else:
+        shard.write_bytes(raw[:-10] + bytes([raw[-10] ^ 0xFF]) + raw[-9:])
+    arr = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["img"]
+    reader = make_reader(arr, ChunkCache(0), 0)
+    with pytest.raises(CorruptStoreError, match=r"img: shard \(1, 0, 0, 0\)"):
+        reader.read(4, 8)
+    np.testing.assert_array_equal(reader.read(0, 4), frames[:4])  # the other shards are fine
+    np.testing.assert_array_equal(reader.read(8, 12), frames[8:])
+    (tmp_path / "s.zarr" / "img" / "c" / "2" / "0" / "0" / "0").unlink()  # missing: fill values
+    np.testing.assert_array_equal(make_reader(arr, ChunkCache(0), 1).read(8, 12), np.zeros((4, 8, 8, 3), np.uint8))

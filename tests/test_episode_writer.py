@@ -256,3 +256,60 @@ def test_no_other_change_while_a_writer_is_open():
                 change()
     rb.add_episode({"x": np.full((2, 2), 2, "f4")})  # closed: allowed again
     assert rb.n_episodes == 3 and list(rb.episode_lengths) == [3, 4, 2]
+
+
+def test_a_real_ctrl_c_is_held_until_the_episode_is_staged(tmp_path, monkeypatch):
+    """SIGINT arriving while add_episode stages and writes (here: while a chunk is stored) is raised
+    once the episode is in; leaving the block keeps every episode handed over, keys aligned."""
+    import os
+    import signal
+
+    from replaybuf_zarr.chunk_writer import ChunkWriter
+
+    eps = _episodes([5] * 12)
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "c.zarr"))
+    real_put = ChunkWriter._put
+    calls = {"n": 0}
+
+    def put_with_ctrl_c(self, key, data):
+        calls["n"] += 1
+        if calls["n"] == 9:
+            os.kill(os.getpid(), signal.SIGINT)  # as a user's Ctrl-C, mid-write
+        return real_put(self, key, data)
+
+    monkeypatch.setattr(ChunkWriter, "_put", put_with_ctrl_c)
+    added = 0
+    with pytest.raises(KeyboardInterrupt):
+        with rb.writer(chunks={"obs": (4, 3), "img": (4, 4, 4, 3)}, commit_interval=0) as w:
+            for e in eps:
+                w.add_episode(e)
+                added += 1
+    monkeypatch.undo()
+    assert 0 < added < len(eps) and rb.n_episodes == added + 1  # the interrupted call finished staging
+    again = ReplayBuffer.create_from_path(tmp_path / "c.zarr")
+    assert list(again.episode_lengths) == [5] * (added + 1)
+    for i in range(again.n_episodes):
+        for k in eps[i]:
+            np.testing.assert_array_equal(again.get_episode(i)[k], eps[i][k])
+
+
+def test_an_interrupted_commit_is_not_committed_twice(monkeypatch):
+    rb = ReplayBuffer.create_empty("zarr")
+    real = ReplayBuffer._commit_episode_ends
+    calls = {"n": 0}
+
+    def commit_then_interrupt(self, ends):
+        real(self, ends)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # after the commit, before the writer forgot the ends
+
+    monkeypatch.setattr(ReplayBuffer, "_commit_episode_ends", commit_then_interrupt)
+    added = 0
+    with pytest.raises(KeyboardInterrupt):
+        with rb.writer(chunks={"x": (5, 2)}, commit_interval=0) as w:
+            for i in range(4):
+                w.add_episode({"x": np.full((5, 2), i, "f4")})
+                added += 1
+    assert added == 1  # the second add_episode's commit was interrupted ...
+    assert list(rb.episode_ends) == [5, 10]  # ... after it had committed: once, not twice

@@ -274,6 +274,7 @@ class ChunkReader:
         self._inner_coords = list(np.ndindex(*self._inner_grid)) if self._inner_grid else [()]
         self._pinned: np.ndarray | None = None
         self._generation = 0  # bumped by forget(): decoded chunks fetched before are not cached
+        self._lock = threading.Lock()  # forget() against _keep()/_shard_index() in reader threads
 
     # -- chunk access ---------------------------------------------------------------------------
     def _fill_chunk(self) -> np.ndarray:
@@ -301,8 +302,9 @@ class ChunkReader:
         if handle is not None:
             raw = self._fetch.read_tail(handle, n) if sh.at_end else self._fetch.read_at(handle, 0, n)
             entry = (handle, self._check_index(shard_coords, raw, self._fetch.size(handle)))
-        if self._generation == generation:  # not replaced meanwhile by a write in another thread
-            self._index_cache[shard_coords] = entry
+        with self._lock:
+            if self._generation == generation:  # not replaced meanwhile by a write in another thread
+                self._index_cache[shard_coords] = entry
         return entry
 
     def _check_index(self, shard_coords: tuple[int, ...], raw: bytes, size: int) -> list:
@@ -368,31 +370,34 @@ class ChunkReader:
     def _keep(self, generation: int, coords: Sequence[tuple[int, ...]], decoded: Sequence[np.ndarray]) -> None:
         """Cache decoded chunks — unless a :meth:`forget` ran since they were fetched: a write in
         another thread may have replaced the object meanwhile, and the old bytes must not stay."""
-        if self._generation != generation:
-            return
-        for c, d in zip(coords, decoded):
-            self._cache.put((self._cache_id, c), d)
+        with self._lock:  # a forget() either sees these entries (and drops them) or they are not put
+            if self._generation != generation:
+                return
+            for c, d in zip(coords, decoded):
+                self._cache.put((self._cache_id, c), d)
 
     def forget(self, start: int, stop: int) -> None:
         """Drop everything held for rows ``[start, stop)`` after their stored objects were rewritten:
         decoded chunks in the cache, shard indexes, open descriptors of the objects; and a pinned
         copy of the array."""
         self._pinned = None
-        self._generation += 1
         if stop <= start:
+            with self._lock:
+                self._generation += 1
             return
         c0 = self.chunk_shape[0]
         per = self._shard.per_shard if self._shard is not None else None
-        objects = set()
-        for t in range(start // c0, (stop - 1) // c0 + 1):
-            for inner in self._inner_coords:
-                coords = (t,) + inner
-                self._cache.discard((self._cache_id, coords))
-                objects.add(coords if per is None else tuple(c // p for c, p in zip(coords, per)))
-        for coords in objects:
-            if per is not None:
-                self._index_cache.pop(coords, None)
+        chunks = [(t,) + inner for t in range(start // c0, (stop - 1) // c0 + 1) for inner in self._inner_coords]
+        objects = {c if per is None else tuple(x // p for x, p in zip(c, per)) for c in chunks}
+        for coords in objects:  # first the descriptors: a fetch from now on opens the new file ...
             self._fetch.forget(self._key(coords))
+        with self._lock:  # ... then what was decoded: atomic with _keep's check-and-put
+            self._generation += 1
+            for c in chunks:
+                self._cache.discard((self._cache_id, c))
+            if per is not None:
+                for coords in objects:
+                    self._index_cache.pop(coords, None)
 
     def grow(self, n_rows: int) -> None:
         """The array grew to ``n_rows`` rows (nothing stored changed: the new rows hold the fill value)."""

@@ -66,6 +66,30 @@ def test_an_interrupted_block_keeps_every_episode_already_added():
 FRAME_CHUNKS = {"obs": (1000, 3), "img": (1, 4, 4, 3)}  # one frame a chunk: blocks go to the codec pool
 
 
+def _before_each_put(monkeypatch, key: str, action) -> None:
+    """Wrap ``ChunkWriter._put`` (stores one chunk/shard file): ``action(n)`` runs before the n-th
+    store of data key ``key`` (n = 1, 2, ...), e.g. to raise a disk-full error or send a Ctrl-C."""
+    from replaybuf_zarr.chunk_writer import ChunkWriter
+
+    real_put = ChunkWriter._put
+    calls = {"n": 0}
+
+    def put(self, name, data):
+        if self._prefix.rstrip("/").endswith(key):
+            calls["n"] += 1
+            action(calls["n"])
+        return real_put(self, name, data)
+
+    monkeypatch.setattr(ChunkWriter, "_put", put)
+
+
+def _raise_at(n: int, exc: BaseException):
+    def action(i: int) -> None:
+        if i == n:
+            raise exc
+    return action
+
+
 def _episodes(lengths, seed=0):
     rng = np.random.default_rng(seed)
     return [{"obs": rng.random((n, 3)).astype("f4"), "img": rng.integers(0, 255, (n, 4, 4, 3), dtype=np.uint8)}
@@ -90,21 +114,14 @@ def test_background_writes_on_disk_equal_add_episode(tmp_path, commit_interval):
 
 
 def test_a_failed_background_write_stops_the_writer_and_keeps_committed_episodes(tmp_path, monkeypatch):
-    from replaybuf_zarr.chunk_writer import ChunkWriter
-
     eps = _episodes([12, 12, 12, 12, 12])
     rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "f.zarr"))
-    real_put = ChunkWriter._put
-    calls = {"n": 0}
 
-    def failing_put(self, key, data):
-        if "img" in self._prefix:
-            calls["n"] += 1
-            if calls["n"] > 30:  # the first episodes' frames are stored, then the disk "fills up"
-                raise OSError("disk full")
-        return real_put(self, key, data)
+    def disk_fills_up(n: int) -> None:  # the first episodes' frames are stored, then no more
+        if n > 30:
+            raise OSError("disk full")
 
-    monkeypatch.setattr(ChunkWriter, "_put", failing_put)
+    _before_each_put(monkeypatch, "img", disk_fills_up)
     with pytest.raises(RuntimeError, match="background write failed"):  # raised again by close()
         with rb.writer(chunks=FRAME_CHUNKS, commit_interval=0) as w:
             with pytest.raises(OSError, match="disk full"):  # at the next block or the flush
@@ -144,21 +161,9 @@ def test_the_writer_copies_what_the_caller_may_refill(tmp_path):
 def test_a_failed_synchronous_write_also_stops_the_writer(tmp_path, monkeypatch):
     """A number key's chunk rewrite failing in the same block as a background image write: the
     caller catching the error and recording on must not commit rows that were never stored."""
-    from replaybuf_zarr.chunk_writer import ChunkWriter
-
     eps = _episodes([12] * 8)
     rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "s.zarr"))
-    real_put = ChunkWriter._put
-    calls = {"n": 0}
-
-    def failing_put(self, key, data):
-        if "obs" in self._prefix:
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise OSError(28, "No space left on device")
-        return real_put(self, key, data)
-
-    monkeypatch.setattr(ChunkWriter, "_put", failing_put)
+    _before_each_put(monkeypatch, "obs", _raise_at(3, OSError(28, "No space left on device")))
     errors = []
     with pytest.raises(RuntimeError):
         with rb.writer(chunks=FRAME_CHUNKS, commit_interval=0) as w:
@@ -177,24 +182,13 @@ def test_a_failed_synchronous_write_also_stops_the_writer(tmp_path, monkeypatch)
 
 
 def test_ctrl_c_during_an_inline_block_keeps_every_episode_added(tmp_path, monkeypatch):
-    from replaybuf_zarr.chunk_writer import ChunkWriter
-
     eps = _episodes([5] * 12)
     rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "k.zarr"))
-    real_put = ChunkWriter._put
-    calls = {"n": 0}
-
-    def interrupted_put(self, key, data):
-        calls["n"] += 1
-        if calls["n"] == 7:
-            raise KeyboardInterrupt
-        return real_put(self, key, data)
-
+    _before_each_put(monkeypatch, "img", _raise_at(4, KeyboardInterrupt()))
     added = 0
     with pytest.raises(KeyboardInterrupt):
         with rb.writer(chunks={"obs": (4, 3), "img": (4, 4, 4, 3)}, commit_interval=0) as w:
             for e in eps:
-                monkeypatch.setattr(ChunkWriter, "_put", interrupted_put)
                 w.add_episode(e)
                 added += 1
     monkeypatch.undo()
@@ -264,20 +258,14 @@ def test_a_real_ctrl_c_is_held_until_the_episode_is_staged(tmp_path, monkeypatch
     import os
     import signal
 
-    from replaybuf_zarr.chunk_writer import ChunkWriter
-
     eps = _episodes([5] * 12)
     rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "c.zarr"))
-    real_put = ChunkWriter._put
-    calls = {"n": 0}
 
-    def put_with_ctrl_c(self, key, data):
-        calls["n"] += 1
-        if calls["n"] == 9:
+    def ctrl_c(n: int) -> None:
+        if n == 5:
             os.kill(os.getpid(), signal.SIGINT)  # as a user's Ctrl-C, mid-write
-        return real_put(self, key, data)
 
-    monkeypatch.setattr(ChunkWriter, "_put", put_with_ctrl_c)
+    _before_each_put(monkeypatch, "img", ctrl_c)
     added = 0
     with pytest.raises(KeyboardInterrupt):
         with rb.writer(chunks={"obs": (4, 3), "img": (4, 4, 4, 3)}, commit_interval=0) as w:

@@ -237,13 +237,6 @@ class _Fetcher:
             return os.pread(handle, stop - start, start)
         return handle.as_numpy_array()[start:stop].tobytes()
 
-    def get_tail(self, key: str, n: int) -> bytes | None:
-        h = self.handle(key)
-        return None if h is None else self.read_tail(h, n)
-
-    def get_range(self, key: str, start: int, stop: int) -> bytes | None:
-        h = self.handle(key)
-        return None if h is None else self.read_at(h, start, stop)
 
 
 class ChunkReader:

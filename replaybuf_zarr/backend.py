@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.abc.store import Store
-from zarr.core.sync import sync
 
 from replaybuf_core import locking
 from replaybuf_core.errors import ReadOnlyError
@@ -39,6 +38,7 @@ from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .chunk_reader import ChunkReader, RowsRead, make_reader
 from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
+from .zarr_compat import buffer_prototype, sync
 
 
 def _is_string_dtype(dtype: np.dtype) -> bool:
@@ -523,7 +523,7 @@ def rename_member(g: zarr.Group, src: str, dst: str) -> None:
         os.rename(local / src_key, local / dst_key)
         return
     keys = sync(_collect(store.list_prefix(src_key + "/")))
-    proto = zarr.core.buffer.default_buffer_prototype()
+    proto = buffer_prototype()
     for key in keys:
         buf = sync(store.get(key, prototype=proto))
         sync(store.set(dst_key + key[len(src_key):], buf))

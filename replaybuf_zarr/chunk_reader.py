@@ -25,110 +25,20 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
-import numcodecs
 import numpy as np
 import zarr
 
 from replaybuf_core.errors import CorruptStoreError
 
 from .chunk_cache import ChunkCache
-from .layout import ShardLayout, chunk_layout
+from .layout import ChunkKeys, ShardLayout, chunk_layout
+from .spec_codecs import array_decoder, crc32c
+from .zarr_compat import memory_store_dict
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 #: descriptors of replaced objects stay open at least this long (s), and at most this many
 RETIRED_SECONDS, RETIRED_FDS = 2.0, 256
-
-
-def _blosc_decompress(data: Any, dest: Any = None) -> Any:
-    """Blosc-decompress (into ``dest`` when given) after checking the frame's own size field (bytes
-    12..16 of the Blosc header, the compressed size): a truncated chunk would otherwise decode to wrong
-    values silently."""
-    view = memoryview(data)
-    if len(view) < 16 or int.from_bytes(view[12:16], "little") != len(view):
-        declared = int.from_bytes(view[12:16], "little") if len(view) >= 16 else "?"
-        raise ValueError(f"truncated or damaged Blosc chunk: {len(view)} bytes stored, header says {declared}")
-    if dest is not None:
-        numcodecs.blosc.decompress(data, dest)
-        return dest
-    return numcodecs.blosc.decompress(data)
-
-
-def _bytes_decoder(codec: Any) -> Callable[[bytes], bytes] | None:
-    """A sync bytes→bytes decoder for a zarr v3 compressor, or None when unknown."""
-    from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
-
-    if isinstance(codec, BloscCodec):
-        return _blosc_decompress
-    if isinstance(codec, ZstdCodec):
-        return numcodecs.Zstd().decode
-    if isinstance(codec, GzipCodec):
-        return numcodecs.GZip().decode
-    if isinstance(codec, Crc32cCodec):
-        return lambda b: memoryview(b)[:-4]
-    return None
-
-
-def _array_decoder(codecs: Sequence[Any], chunk_shape: tuple[int, ...], dtype: np.dtype):
-    """A sync bytes→ndarray decoder for a v3 (serializer, *compressors) chain, or None."""
-    from zarr.abc.codec import ArrayArrayCodec
-    from zarr.codecs import BytesCodec
-
-    from .codecs.webp import WebPCodec
-
-    if not codecs or isinstance(codecs[0], ArrayArrayCodec):
-        return None
-    serializer, compressors = codecs[0], codecs[1:]
-    decoders = [_bytes_decoder(c) for c in compressors]
-    if any(d is None for d in decoders):
-        return None
-    decoders.reverse()  # decode runs the chain backwards
-    if isinstance(serializer, BytesCodec):
-        if dtype.kind not in "biufc":
-            return None
-        order = "<" if serializer.endian is None or serializer.endian.value == "little" else ">"
-        stored = dtype.newbyteorder(order) if dtype.itemsize > 1 else dtype
-        if decoders == [_blosc_decompress]:  # the common case: decompress straight into the array
-            def decode_blosc(data: Any) -> np.ndarray:
-                out = np.empty(chunk_shape, dtype=stored)
-                _blosc_decompress(data, out)
-                return out.astype(dtype, copy=False)
-
-            return decode_blosc
-
-        def to_array(b: Any) -> np.ndarray:
-            return np.frombuffer(b, dtype=stored).reshape(chunk_shape).astype(dtype, copy=False)
-    elif isinstance(serializer, WebPCodec) and not decoders and len(chunk_shape) == 4 and chunk_shape[3] in (3, 4):
-        return _webp_frame_decoder(serializer, chunk_shape)  # colour frames: the short path
-    elif isinstance(serializer, WebPCodec):
-        def to_array(b: Any) -> np.ndarray:
-            return serializer.decode_frame(bytes(b), chunk_shape)
-    else:
-        return None
-
-    def decode(data: Any) -> np.ndarray:
-        for d in decoders:
-            data = d(data)
-        return to_array(data)
-
-    return decode
-
-
-def _webp_frame_decoder(serializer: Any, chunk_shape: tuple[int, ...]) -> Callable[[Any], np.ndarray]:
-    """bytes → one RGB(A) frame chunk ``(1, H, W, C)``: what ``WebPCodec.decode_frame`` does for
-    colour frames, with the per-call argument handling done once."""
-    import imagecodecs
-
-    shape = tuple(int(s) for s in chunk_shape)
-    hw, alpha = shape[1:3], shape[3] == 4
-
-    def decode(b: Any) -> np.ndarray:
-        img = imagecodecs.webp_decode(b, hasalpha=alpha)
-        if img.shape[:2] != hw or img.ndim != 3 or img.shape[2] != shape[3]:
-            return serializer.decode_frame(bytes(b), shape)  # raises the codec's error
-        return img.reshape(shape)
-
-    return decode
 
 
 class _Fetcher:
@@ -149,9 +59,9 @@ class _Fetcher:
         if isinstance(store, LocalStore):
             self.kind = "local"
             self.root = str(store.root)
-        elif isinstance(store, MemoryStore):
+        elif isinstance(store, MemoryStore) and memory_store_dict(store) is not None:
             self.kind = "memory"
-            self.mapping = store._store_dict
+            self.mapping = memory_store_dict(store)
         else:
             raise TypeError("unsupported store")
 
@@ -247,12 +157,13 @@ class ChunkReader:
     """
 
     def __init__(self, arr: zarr.Array, fetcher: _Fetcher, cache: ChunkCache, cache_id: Any,
-                 chunk_shape: tuple[int, ...], decode: Callable, shard: ShardLayout | None):
+                 chunk_shape: tuple[int, ...], decode: Callable, shard: ShardLayout | None,
+                 keys: ChunkKeys):
         self.shape = tuple(arr.shape)
         self.dtype = arr.dtype if isinstance(arr.dtype, np.dtype) else np.dtype(arr.dtype)
         self.fill_value = arr.fill_value if arr.fill_value is not None else 0
         self.chunk_shape = chunk_shape
-        self._meta = arr.metadata
+        self._key_of = keys
         self._prefix = f"{arr.path}/" if arr.path else ""
         self._fetch = fetcher
         self._cache = cache
@@ -276,7 +187,7 @@ class ChunkReader:
     def _key(self, coords: tuple[int, ...]) -> str:
         key = self._keys.get(coords)
         if key is None:
-            key = self._keys[coords] = self._prefix + self._meta.encode_chunk_key(coords)
+            key = self._keys[coords] = self._key_of(coords)
         return key
 
     def _shard_index(self, shard_coords: tuple[int, ...]) -> tuple[Any, list] | None:
@@ -314,9 +225,7 @@ class ChunkReader:
                                     "(truncated or emptied)")
         body = raw[:-4] if sh.crc else raw
         if sh.crc:
-            import google_crc32c
-
-            if google_crc32c.value(bytes(body)) != int.from_bytes(raw[-4:], "little"):
+            if crc32c(body) != int.from_bytes(raw[-4:], "little"):
                 raise CorruptStoreError(f"{where}: the index checksum (crc32c) does not match (damaged shard)")
         index = np.frombuffer(body, dtype="<u8").reshape(-1, 2)
         used = index[:, 0] != _EMPTY
@@ -614,7 +523,8 @@ class _ReaderAsStore:
 
 
 def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReader | None:
-    """A :class:`ChunkReader` for ``arr``, or None when its layout/store is not supported."""
+    """A :class:`ChunkReader` for ``arr``, or None when its layout, codecs or store are not supported
+    (the layout is read from the array's ``zarr.json`` / ``.zarray``: :func:`~.layout.chunk_layout`)."""
     try:
         fetcher = _Fetcher(arr.store)
     except TypeError:
@@ -622,29 +532,10 @@ def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReade
     dtype = arr.dtype if isinstance(arr.dtype, np.dtype) else None
     if dtype is None or dtype.kind not in "biufc" or arr.ndim == 0:
         return None
-    meta = arr.metadata
-    if meta.zarr_format == 2:
-        if meta.filters or meta.order != "C":
-            return None
-        comp = meta.compressor
-        stored = np.dtype(meta.dtype.to_native_dtype()) if hasattr(meta.dtype, "to_native_dtype") else dtype
-        chunk_shape = tuple(meta.chunks)
-
-        if isinstance(comp, numcodecs.Blosc):  # the common case: decompress straight into the array
-            def decode(b: Any, _s=stored, _cs=chunk_shape, _d=dtype) -> np.ndarray:
-                out = np.empty(_cs, dtype=_s)
-                _blosc_decompress(b, out)
-                return out.astype(_d, copy=False)
-        else:
-            def decode(b: Any, _c=comp, _s=stored, _cs=chunk_shape, _d=dtype) -> np.ndarray:
-                data = _c.decode(b) if _c is not None else b
-                return np.frombuffer(data, dtype=_s).reshape(_cs).astype(_d, copy=False)
-
-        return ChunkReader(arr, fetcher, cache, cache_id, chunk_shape, decode, None)
     layout = chunk_layout(arr)
-    if layout is None:
+    if layout is None or layout.dtype != dtype.newbyteorder("="):
         return None
-    decode = _array_decoder(layout.codecs, layout.chunk_shape, dtype)
+    decode = array_decoder(layout.codecs, layout.chunk_shape, dtype)
     if decode is None:
         return None
-    return ChunkReader(arr, fetcher, cache, cache_id, layout.chunk_shape, decode, layout.shard)
+    return ChunkReader(arr, fetcher, cache, cache_id, layout.chunk_shape, decode, layout.shard, layout.keys)

@@ -17,80 +17,27 @@ from __future__ import annotations
 import os
 import tempfile
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import zarr
 
-from .layout import ShardLayout, chunk_layout
+from .layout import ChunkKeys, ShardLayout, chunk_layout
 from .pool import submit_map
+from .spec_codecs import array_encoder, crc32c
+from .zarr_compat import store_set
 
 _EMPTY = 2**64 - 1
-
-
-def _bytes_encoder(codec: Any) -> Callable[[bytes], bytes] | None:
-    from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
-
-    if isinstance(codec, BloscCodec):
-        blosc = codec._blosc_codec
-        return lambda b: blosc.encode(np.frombuffer(b, dtype=np.uint8))
-    if isinstance(codec, ZstdCodec):
-        z = codec._zstd_codec
-        return z.encode
-    if isinstance(codec, GzipCodec):
-        gz = codec._gzip_codec
-        return gz.encode
-    if isinstance(codec, Crc32cCodec):
-        import google_crc32c
-
-        return lambda b: bytes(b) + np.uint32(google_crc32c.value(bytes(b))).astype("<u4").tobytes()
-    return None
-
-
-def _chunk_encoder(codecs: tuple, chunk_shape: tuple[int, ...], dtype: np.dtype):
-    """A sync ndarray→bytes encoder for a v3 (serializer, *compressors) chain, or None."""
-    from zarr.abc.codec import ArrayArrayCodec
-    from zarr.codecs import BytesCodec
-
-    from .codecs.webp import WebPCodec
-
-    if not codecs or isinstance(codecs[0], ArrayArrayCodec):
-        return None
-    serializer, compressors = codecs[0], codecs[1:]
-    encoders = [_bytes_encoder(c) for c in compressors]
-    if any(e is None for e in encoders):
-        return None
-    if isinstance(serializer, BytesCodec):
-        if dtype.kind not in "biufc":
-            return None
-        order = "<" if serializer.endian is None or serializer.endian.value == "little" else ">"
-        stored = dtype.newbyteorder(order) if dtype.itemsize > 1 else dtype
-
-        def to_bytes(chunk: np.ndarray) -> bytes:
-            return np.ascontiguousarray(chunk, dtype=stored).tobytes()
-    elif isinstance(serializer, WebPCodec):
-        to_bytes = serializer.encode_frame
-    else:
-        return None
-
-    def encode(chunk: np.ndarray) -> bytes:
-        data = to_bytes(chunk)
-        for e in encoders:
-            data = e(data)
-        return bytes(data)
-
-    return encode
 
 
 class ChunkWriter:
     """Writes whole time-axis objects of one zarr v3 array; build it with :func:`make_writer`."""
 
     def __init__(self, arr: zarr.Array, encode: Callable, chunk_shape: tuple[int, ...],
-                 shard: ShardLayout | None):
+                 shard: ShardLayout | None, keys: ChunkKeys):
         self._arr = arr
         self._store = arr.store
-        self._prefix = f"{arr.path}/" if arr.path else ""
-        self._meta = arr.metadata
+        self._key_of = keys
         self._encode = encode
         self._chunk = chunk_shape
         self._shard = shard
@@ -103,7 +50,7 @@ class ChunkWriter:
 
     def _put(self, key: str, data: bytes) -> None:
         if self._local is not None:
-            path = os.path.join(self._local, self._prefix + key)
+            path = os.path.join(self._local, key)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
             try:
@@ -115,10 +62,7 @@ class ChunkWriter:
                     os.unlink(tmp)
                 raise
             return
-        from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import sync
-
-        sync(self._store.set(self._prefix + key, default_buffer_prototype().buffer.from_bytes(data)))
+        store_set(self._store, key, data)
 
     def write(self, start: int, values: np.ndarray) -> bool:
         """Store rows ``[start, start + len(values))``; True when done, False when the write does not
@@ -164,7 +108,7 @@ class ChunkWriter:
         if self._shard is None:
             for i, data in enumerate(encoded):
                 coords = (first + i,) + (0,) * (len(self._chunk) - 1)
-                self._put(self._meta.encode_chunk_key(coords), data)
+                self._put(self._key_of(coords), data)
             return True
         per = self._shard.per_shard[0]
         for s0 in range(0, len(encoded), per):
@@ -176,13 +120,11 @@ class ChunkWriter:
                 offset += len(data)
             index_bytes = index.tobytes()
             if self._shard.crc:
-                import google_crc32c
-
-                index_bytes += np.uint32(google_crc32c.value(index_bytes)).astype("<u4").tobytes()
+                index_bytes += crc32c(index_bytes).to_bytes(4, "little")
             body = b"".join(block)
             shard_bytes = body + index_bytes if self._shard.at_end else index_bytes + body
             coords = ((first + s0) // per,) + (0,) * (len(self._chunk) - 1)
-            self._put(self._meta.encode_chunk_key(coords), shard_bytes)
+            self._put(self._key_of(coords), shard_bytes)
         return True
 
 
@@ -200,9 +142,11 @@ def make_writer(arr: zarr.Array) -> ChunkWriter | None:
     if dtype is None or dtype.kind not in "biufc":
         return None
     layout = chunk_layout(arr)
-    if layout is None or layout.chunk_shape[1:] != tuple(arr.shape[1:]):
+    if layout is None or layout.zarr_format != 3 or layout.dtype != dtype.newbyteorder("="):
+        return None
+    if layout.chunk_shape[1:] != tuple(arr.shape[1:]):
         return None  # chunks must span every dimension but time
-    encode = _chunk_encoder(layout.codecs, layout.chunk_shape, dtype)
+    encode = array_encoder(layout.codecs, layout.chunk_shape, dtype)
     if encode is None:
         return None
-    return ChunkWriter(arr, encode, layout.chunk_shape, layout.shard)
+    return ChunkWriter(arr, encode, layout.chunk_shape, layout.shard, layout.keys)

@@ -25,7 +25,7 @@ def to_zarr_codecs(codec: Any, zarr_format: int = 3) -> tuple[Any, Any]:
 
     Args:
         codec: ``None`` (uncompressed), a numcodecs codec (``Blosc``, ``Zstd``, ``GZip`` map to
-            zarr's own codecs; others go through ``numcodecs.zarr3``), a zarr v3 bytes→bytes codec
+            zarr's own codecs; others go through ``zarr.codecs.numcodecs``), a zarr v3 bytes→bytes codec
             (a compressor), a zarr v3 array→bytes codec (a serializer such as WebP), or a dict
             ``{"name": ..., "configuration": {...}}``.
         zarr_format: 2 or 3; for 2 a numcodecs codec passes through unchanged.
@@ -62,11 +62,11 @@ def to_zarr_codecs(codec: Any, zarr_format: int = 3) -> tuple[Any, Any]:
     if isinstance(codec, numcodecs.GZip):
         return "auto", (GzipCodec(level=codec.level),)
     if isinstance(codec, numcodecs.abc.Codec):
-        import numcodecs.zarr3 as nz3
+        import zarr.codecs.numcodecs as nz3  # zarr's own wrappers (numcodecs.zarr3 is deprecated)
 
         cls = getattr(nz3, type(codec).__name__, None)
         if cls is None:
-            raise TypeError(f"numcodecs codec {codec!r} has no zarr v3 form in numcodecs.zarr3")
+            raise TypeError(f"numcodecs codec {codec!r} has no zarr v3 form in zarr.codecs.numcodecs")
         return "auto", (cls(**{k: v for k, v in codec.get_config().items() if k != "id"}),)
     raise TypeError(
         f"cannot use {type(codec).__name__} {codec!r} as a zarr codec: pass a numcodecs codec, a zarr "

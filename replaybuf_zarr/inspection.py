@@ -7,7 +7,9 @@ import itertools
 import math
 
 import zarr
-from zarr.core.sync import sync
+
+from .layout import object_keys
+from .zarr_compat import sync
 
 #: ``check_chunks`` lists at most this many missing objects per array, then a count of the rest.
 MAX_LISTED = 20
@@ -28,10 +30,8 @@ def stored_bytes(arr: zarr.Array) -> int | None:
 
 def object_shape(arr: zarr.Array) -> tuple[int, ...]:
     """Shape of one stored object: the shard shape of a sharded v3 array, else the chunk shape."""
-    md = arr.metadata
-    if md.zarr_format == 3:
-        return tuple(md.chunk_grid.chunk_shape)
-    return tuple(md.chunks)
+    shards = getattr(arr, "shards", None)
+    return tuple(shards) if shards else tuple(arr.chunks)
 
 
 def missing_objects(arr: zarr.Array, label: str) -> list[str]:
@@ -45,14 +45,16 @@ def missing_objects(arr: zarr.Array, label: str) -> list[str]:
         return []
     obj = object_shape(arr)
     grid = [range(-(-s // c)) for s, c in zip(shape, obj)]
+    keys = object_keys(arr)
+    if keys is None:
+        return [f"{label}: its chunk key encoding is not one replaybuf knows; stored objects not checked"]
     present = set(sync(_list(arr.store, arr.path + "/")))
     missing = []
     for coords in itertools.product(*grid):
-        key = f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
-        if key not in present:
+        if keys(coords) not in present:
             missing.append(coords)
     problems = []
-    kind = "shard" if arr.metadata.zarr_format == 3 and getattr(arr, "shards", None) else "chunk"
+    kind = "shard" if getattr(arr, "shards", None) else "chunk"
     for coords in missing[:MAX_LISTED]:
         a = coords[0] * obj[0]
         b = min(shape[0], a + obj[0])

@@ -75,7 +75,7 @@ def _before_each_put(monkeypatch, key: str, action) -> None:
     calls = {"n": 0}
 
     def put(self, name, data):
-        if self._prefix.rstrip("/").endswith(key):
+        if self._key_of.prefix.rstrip("/").endswith(key):
             calls["n"] += 1
             action(calls["n"])
         return real_put(self, name, data)

@@ -26,18 +26,15 @@ from typing import TYPE_CHECKING, Any
 import imagecodecs
 import numpy as np
 from zarr.abc.codec import ArrayBytesCodec
-from zarr.core.chunk_grids import RegularChunkGrid
-from zarr.core.common import parse_named_configuration
 from zarr.registry import register_codec
 
 if TYPE_CHECKING:
     from typing import Self
 
-    from zarr.core.array_spec import ArraySpec
-    from zarr.core.buffer import Buffer, NDBuffer
-    from zarr.core.chunk_grids import ChunkGrid
-    from zarr.core.common import JSON
-    from zarr.core.dtype.wrapper import TBaseDType, TBaseScalar, ZDType
+#: zarr-python's own types for these (``ArraySpec``, ``Buffer``, ``ChunkGrid`` ...) live in
+#: ``zarr.core`` and move between releases; the codec only uses them through their documented
+#: attributes, so they are annotated loosely.
+JSON = Any
 
 __all__ = [
     "CODEC_NAME",
@@ -145,6 +142,19 @@ def _check_chunk_shape(chunk_shape: tuple[int, ...]) -> None:
             )
 
 
+def _regular_chunk_shape(chunk_grid: Any) -> tuple[int, ...]:
+    """The chunk shape of a regular chunk grid, from its ``zarr.json`` form
+    ``{"name": "regular", "configuration": {"chunk_shape": [...]}}`` (Zarr v3 core spec).
+
+    Raises TypeError for any other grid (e.g. zarr 3.4's rectilinear grids).
+    """
+    doc = chunk_grid.to_dict() if hasattr(chunk_grid, "to_dict") else chunk_grid
+    if not isinstance(doc, dict) or doc.get("name") != "regular":
+        name = doc.get("name") if isinstance(doc, dict) else type(chunk_grid).__name__
+        raise TypeError(f"WebPCodec needs a regular chunk grid, got {name!r}")
+    return tuple(int(s) for s in doc["configuration"]["chunk_shape"])
+
+
 @dataclass(frozen=True)
 class WebPCodec(ArrayBytesCodec):
     """Zarr v3 serializer that stores each chunk (one image frame) as a WebP image.
@@ -216,8 +226,15 @@ class WebPCodec(ArrayBytesCodec):
         defaults.  Raises ValueError for another codec name, TypeError for
         unknown configuration keys or wrongly typed values.
         """
-        _, configuration = parse_named_configuration(data, CODEC_NAME, require_configuration=False)
-        configuration = dict(configuration or {})
+        if isinstance(data, str):
+            data = {"name": data}
+        if not isinstance(data, dict) or data.get("name") != CODEC_NAME:
+            name = data.get("name") if isinstance(data, dict) else data
+            raise ValueError(f"expected a {CODEC_NAME!r} codec entry, got name {name!r}")
+        configuration = data.get("configuration") or {}
+        if not isinstance(configuration, dict):
+            raise TypeError(f"{CODEC_NAME} configuration must be an object, got {configuration!r}")
+        configuration = dict(configuration)
         unknown = sorted(set(configuration) - {"level", "lossless"})
         if unknown:
             raise TypeError(f"unknown {CODEC_NAME} configuration keys: {unknown}")
@@ -232,7 +249,7 @@ class WebPCodec(ArrayBytesCodec):
 
     # -- metadata checks -------------------------------------------------------------------
 
-    def evolve_from_array_spec(self, array_spec: ArraySpec) -> Self:
+    def evolve_from_array_spec(self, array_spec: Any) -> Self:
         """Check dtype and rank; return ``self`` unchanged (nothing to infer).
 
         zarr calls this with the *array* spec for an unsharded array and with the
@@ -259,8 +276,8 @@ class WebPCodec(ArrayBytesCodec):
         self,
         *,
         shape: tuple[int, ...],
-        dtype: ZDType[TBaseDType, TBaseScalar],
-        chunk_grid: ChunkGrid,
+        dtype: Any,
+        chunk_grid: Any,
     ) -> None:
         """Check the array metadata at creation (and open) time.
 
@@ -268,10 +285,11 @@ class WebPCodec(ArrayBytesCodec):
         ----------
         shape : tuple of int
             Array shape, ``(T, H, W)`` or ``(T, H, W, C)``.
-        dtype : ZDType
+        dtype : zarr data type (``ZDType``) or numpy dtype
             Must be uint8.
-        chunk_grid : ChunkGrid
-            Must be a regular grid with chunk shape ``(1, H', W'[, C])``.
+        chunk_grid : zarr chunk grid (metadata)
+            Must be a regular grid with chunk shape ``(1, H', W'[, C])``; read through its
+            ``to_dict()`` (the ``chunk_grid`` entry of ``zarr.json``), so it works on every zarr.
 
         Raises
         ------
@@ -283,11 +301,7 @@ class WebPCodec(ArrayBytesCodec):
         """
         _check_dtype(dtype)
         _check_rank(tuple(shape), "array")
-        if not isinstance(chunk_grid, RegularChunkGrid):
-            raise TypeError(
-                f"WebPCodec needs a regular chunk grid, got {type(chunk_grid).__name__}"
-            )
-        chunk_shape = tuple(chunk_grid.chunk_shape)
+        chunk_shape = _regular_chunk_shape(chunk_grid)
         _check_chunk_shape(chunk_shape)
         if len(shape) == 4 and chunk_shape[3] != shape[3]:
             raise ValueError(
@@ -296,7 +310,7 @@ class WebPCodec(ArrayBytesCodec):
                 f"has {chunk_shape[3]}"
             )
 
-    def compute_encoded_size(self, input_byte_length: int, chunk_spec: ArraySpec) -> int:
+    def compute_encoded_size(self, input_byte_length: int, chunk_spec: Any) -> int:
         """WebP output has no fixed size: always raises NotImplementedError."""
         raise NotImplementedError("WebPCodec produces variable-size output")
 
@@ -355,15 +369,21 @@ class WebPCodec(ArrayBytesCodec):
             img = ((total + 1) // 3).astype(np.uint8)
         return img.reshape(chunk_shape)
 
-    async def _encode_single(self, chunk_array: NDBuffer, chunk_spec: ArraySpec) -> Buffer | None:
-        chunk = chunk_array.as_numpy_array()
-        data = await asyncio.to_thread(self.encode_frame, chunk)
-        return chunk_spec.prototype.buffer.from_bytes(data)
+    # zarr's codec contract: ``chunk_spec`` has ``shape`` and ``prototype`` (``.buffer.from_bytes``,
+    # ``.nd_buffer.from_numpy_array``); buffers have ``as_numpy_array()``.  The ``_sync`` pair is what
+    # zarr >= 3.2 calls on its synchronous path (older zarr ignores it).
+    def _encode_sync(self, chunk_array: Any, chunk_spec: Any) -> Any:
+        return chunk_spec.prototype.buffer.from_bytes(self.encode_frame(chunk_array.as_numpy_array()))
 
-    async def _decode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> NDBuffer:
-        data = chunk_bytes.as_numpy_array()
-        frame = await asyncio.to_thread(self.decode_frame, data, chunk_spec.shape)
+    def _decode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        frame = self.decode_frame(chunk_bytes.as_numpy_array(), chunk_spec.shape)
         return chunk_spec.prototype.nd_buffer.from_numpy_array(frame)
+
+    async def _encode_single(self, chunk_array: Any, chunk_spec: Any) -> Any:
+        return await asyncio.to_thread(self._encode_sync, chunk_array, chunk_spec)
+
+    async def _decode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        return await asyncio.to_thread(self._decode_sync, chunk_bytes, chunk_spec)
 
 
 register_codec(CODEC_NAME, WebPCodec)

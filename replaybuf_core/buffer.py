@@ -464,10 +464,13 @@ class ReplayBuffer:
 
     def __repr__(self) -> str:
         tree = getattr(self._store.root, "tree", None)
-        if callable(tree):
+        if callable(tree):  # zarr's tree, as the seed shows it (needs `rich` on some zarr versions)
             with warnings.catch_warnings():  # zarr names the writer lock file "not a zarr component"
                 warnings.filterwarnings("ignore", message=".*replaybuf.lock.*")
-                return str(tree())
+                try:
+                    return str(tree())
+                except ImportError:
+                    pass
         keys = ", ".join(f"{k}: {self._store.shape('data', k)} {self._store.dtype('data', k)}"
                          for k in self.keys())
         return (f"ReplayBuffer(backend={self.backend!r}, n_episodes={self.n_episodes}, "

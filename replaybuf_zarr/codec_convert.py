@@ -98,13 +98,24 @@ def codecs_equal(a: Any, b: Any, zarr_format: int = 3) -> bool:
 
     def norm(pair):
         ser, comps = pair
-        comps = tuple(c.to_dict() if hasattr(c, "to_dict") else c for c in (comps or ()))
-        # typesize is filled in from the dtype by zarr; it is not a choice the user makes
-        comps = tuple(
-            {**c, "configuration": {k: v for k, v in c.get("configuration", {}).items() if k != "typesize"}}
-            if isinstance(c, dict) else c
-            for c in comps
-        )
-        return (ser.to_dict() if hasattr(ser, "to_dict") else ser), comps
+        return _codec_json(ser), tuple(_codec_json(c) for c in (comps or ()))
 
     return norm(ca) == norm(cb)
+
+
+def _codec_json(codec: Any) -> Any:
+    """A comparable form of one codec: its ``zarr.json`` entry without ``typesize`` (zarr fills that
+    in from the dtype; it is not a choice the user makes).  A Blosc codec not yet bound to an array
+    cannot say ``to_dict()`` on some zarr (typesize unset), so it is read from its attributes."""
+    def plain(v: Any) -> Any:
+        return getattr(v, "value", v)  # enums on zarr 3.1, plain strings on 3.4
+
+    if isinstance(codec, BloscCodec):
+        return {"name": "blosc", "configuration": {k: plain(getattr(codec, k)) for k in
+                                                   ("cname", "clevel", "shuffle", "blocksize")}}
+    if not hasattr(codec, "to_dict"):
+        return codec
+    entry = codec.to_dict()
+    if isinstance(entry, dict) and isinstance(entry.get("configuration"), dict):
+        entry = {**entry, "configuration": {k: v for k, v in entry["configuration"].items() if k != "typesize"}}
+    return entry

@@ -35,10 +35,10 @@ from .compressors import resolve_compressor as _resolve_compressor
 from .copying import copy_array
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from . import locking
-from .errors import CapabilityError, ReadOnlyError
+from .errors import CapabilityError, EmptyBufferError, ReadOnlyError
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend, read_rows_via_ranges
 from .recovered_view import RecoveredView
-from .recovery import RecoveryReport, is_temp_name, recover, temp_names
+from .recovery import COMMIT_RECORD, RecoveryReport, is_temp_name, recover, temp_names, write_commit_record
 from .writer import EpisodeWriter
 
 logger = logging.getLogger(__name__)
@@ -353,14 +353,15 @@ class ReplayBuffer:
             copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps,
                        chunks=ck, codec=codec, shards=shards)
         for group in ("data", "meta"):  # provenance (e.g. an import's conversions) travels along
-            attrs = self._store.get_attrs(group)
-            if attrs:
+            attrs = {k: v for k, v in self._store.get_attrs(group).items() if k != COMMIT_RECORD}
+            if attrs:  # (the commit record is written for the destination's own commit, below)
                 dst.set_attrs(group, attrs)
         if not dst.has_array("meta", EPISODE_ENDS):
             self._ensure_episode_ends(dst)
         dst.resize("meta", EPISODE_ENDS, self._n_ep)
         if self._n_ep:
             dst.write("meta", EPISODE_ENDS, 0, self.episode_ends)
+        write_commit_record(dst, self._n_ep, self.n_steps)
         dst.flush()
 
     def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any):
@@ -669,6 +670,7 @@ class ReplayBuffer:
         self._ends[self._n_ep: self._n_ep + k] = ends
         self._n_ep += k
         self._idx_cache = None
+        write_commit_record(s, self._n_ep, int(ends[-1]))  # after the ends: it never claims more
 
     def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,
                max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0) -> EpisodeWriter:
@@ -687,13 +689,15 @@ class ReplayBuffer:
         """Remove the last episode.  Commit: ``episode_ends`` first, then the data rows.
 
         Raises:
-            IndexError: the buffer is empty.  ReadOnlyError: read-only buffer.
+            EmptyBufferError (a ValueError and an IndexError): the buffer is empty.
+            ReadOnlyError: read-only buffer.
         """
         self._require_writable()
         if self._n_ep == 0:
-            raise IndexError("drop_episode on an empty buffer (0 episodes)")
+            raise EmptyBufferError("drop_episode on an empty buffer (0 episodes)")
         s = self._store
         new_steps = int(self._ends[self._n_ep - 2]) if self._n_ep > 1 else 0
+        write_commit_record(s, self._n_ep - 1, new_steps)  # before the ends: it never claims more
         s.resize("meta", EPISODE_ENDS, self._n_ep - 1)
         self._n_ep -= 1
         self._idx_cache = None
@@ -704,11 +708,12 @@ class ReplayBuffer:
         """Remove the last episode and return it (a copy: key → array (T, ...)).
 
         Raises:
-            IndexError: the buffer is empty.  ReadOnlyError: read-only buffer.
+            EmptyBufferError (a ValueError and an IndexError): the buffer is empty.
+            ReadOnlyError: read-only buffer.
         """
         self._require_writable()
         if self._n_ep == 0:
-            raise IndexError("pop_episode on an empty buffer (0 episodes)")
+            raise EmptyBufferError("pop_episode on an empty buffer (0 episodes)")
         episode = self.get_episode(self._n_ep - 1, copy=True)
         self.drop_episode()
         return episode

@@ -32,3 +32,9 @@ class BackendNotFoundError(ReplayBufferError, ValueError):
 
 class StoreLockedError(ReplayBufferError, RuntimeError):
     """Another process holds the store's writer lock."""
+
+
+class EmptyBufferError(ReplayBufferError, ValueError, IndexError):
+    """An operation needs at least one episode and the buffer has none (``drop_episode`` /
+    ``pop_episode``).  A ``ValueError`` as diffusion_policy's ``ReplayBuffer`` documents, and an
+    ``IndexError`` as an empty sequence's ``pop()`` raises."""

@@ -34,8 +34,10 @@ Optional methods, called only when present (``getattr(store, name, None)``):
 ``fill_value(group, name)``           an array's fill value (else read from the native array's
                                       ``fill_value``/``fillvalue``; :mod:`replaybuf_core.recovery`)
 ``stored_bytes(group, name) -> int | None``  bytes on storage for one array (``replaybuf info``)
-``check_chunks(group, name) -> list[str]``   problems with the stored objects, e.g. a missing chunk
-                                      file (``replaybuf verify``; decoding is checked by reading)
+``check_chunks(group, name, rows=None) -> list[str]``  problems with the stored objects, e.g. a
+                                      missing chunk file (``replaybuf verify``; decoding is checked by
+                                      reading); ``rows``: only objects holding some of the first
+                                      ``rows`` rows (the committed ones) count
 """
 
 from __future__ import annotations

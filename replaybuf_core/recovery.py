@@ -21,6 +21,20 @@ changed):
 Everything else — ``data``/``meta``/``episode_ends`` missing, ``episode_ends`` not 1-D integer, negative
 or decreasing, a data array shorter than ``episode_ends[-1]`` — is a
 :class:`~replaybuf_core.errors.CorruptStoreError` naming the key and the numbers: never a silent repair.
+
+Damage must not pass for an interrupted write: a zeroed or deleted commit chunk reads as zeros or as
+fill values, which look like "200 empty episodes" or "an interrupted commit", and trimming the data to
+match would delete every committed step.  So:
+
+* every commit also records ``{"n_episodes", "n_steps"}`` in the ``meta`` group's attributes
+  (:data:`COMMIT_RECORD`; written after the ends when growing, before them when shrinking, so the
+  record never claims more than is committed).  ``episode_ends`` holding fewer valid entries than
+  the record, or a different ``episode_ends[n_episodes - 1]``, is damage;
+* without a record (stores of other writers, older replaybuf): ``episode_ends`` made only of fill
+  values while data arrays hold rows is damage;
+* zero-length episodes (equal consecutive ends, or a first end of 0) are not something replaybuf
+  writes: a store with them opens (3D-Diffusion-Policy stores have them) but is never trimmed — rows
+  past its ``episode_ends[-1]`` or trailing fill values there are damage, not an interrupted write.
 """
 
 from __future__ import annotations
@@ -37,6 +51,23 @@ EPISODE_ENDS = "episode_ends"
 TMP_KEY = "_temp"
 #: fill value replaybuf gives ``meta/episode_ends``; a trailing run of it is an unfinished commit
 EPISODE_ENDS_FILL = -1
+#: ``meta`` group attribute holding the last commit: ``{"n_episodes": int, "n_steps": int}``
+COMMIT_RECORD = "replaybuf_commit"
+
+
+def read_commit_record(store: StorageBackend) -> tuple[int, int] | None:
+    """``(n_episodes, n_steps)`` of the last commit recorded in ``store``'s ``meta`` attributes, or
+    None when there is no (well-formed) record."""
+    try:
+        rec = store.get_attrs("meta").get(COMMIT_RECORD)
+        return int(rec["n_episodes"]), int(rec["n_steps"])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def write_commit_record(store: StorageBackend, n_episodes: int, n_steps: int) -> None:
+    """Record the committed state (see the module docstring for when it is written)."""
+    store.set_attrs("meta", {COMMIT_RECORD: {"n_episodes": int(n_episodes), "n_steps": int(n_steps)}})
 
 
 def temp_names(name: str, tmp_key: str = TMP_KEY) -> tuple[str, str]:
@@ -208,6 +239,36 @@ def _load_episode_ends(store: StorageBackend, rep: RecoveryReport) -> np.ndarray
     return ends
 
 
+def _check_not_damage(store: StorageBackend, ends: np.ndarray, rep: RecoveryReport) -> None:
+    """Raise CorruptStoreError when what looks like an interrupted write is damage (module doc)."""
+    untouched = "; nothing was changed (restore meta/episode_ends from a backup, or rebuild it)"
+    record = read_commit_record(store)
+    if record is not None:
+        n_ep, n_steps = record
+        if ends.size < n_ep:
+            raise CorruptStoreError(
+                f"meta/episode_ends holds {ends.size} committed entries ({rep.dropped_commits} fill values) "
+                f"but the last commit recorded {n_ep} episodes / {n_steps} steps: its chunk is damaged or "
+                f"missing{untouched}")
+        if n_ep and int(ends[n_ep - 1]) != n_steps:
+            raise CorruptStoreError(
+                f"meta/episode_ends[{n_ep - 1}] is {int(ends[n_ep - 1])} but the last commit recorded "
+                f"{n_ep} episodes / {n_steps} steps: the array is damaged{untouched}")
+    elif rep.dropped_commits and not ends.size and rep.extra_rows:
+        raise CorruptStoreError(
+            f"meta/episode_ends is all fill values ({rep.dropped_commits} x {EPISODE_ENDS_FILL}) while data "
+            f"arrays hold rows ({', '.join(f'{k}: {v}' for k, v in sorted(rep.extra_rows.items()))}): "
+            f"its chunk is missing or unreadable, not an interrupted commit{untouched}")
+    if (rep.dropped_commits or rep.extra_rows) and ends.size and (ends[0] == 0 or np.any(np.diff(ends) == 0)):
+        empty = np.flatnonzero(np.diff(ends, prepend=0) == 0)
+        raise CorruptStoreError(
+            f"meta/episode_ends has zero-length episodes ({', '.join(map(str, empty[:10].tolist()))}"
+            f"{', ...' if empty.size > 10 else ''} of {ends.size}) and "
+            + (f"{rep.dropped_commits} trailing fill values" if rep.dropped_commits else
+               f"data rows past episode_ends[-1]={int(ends[-1])}")
+            + f": replaybuf writes neither, so this is damage, not an interrupted write{untouched}")
+
+
 def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryReport:
     """Check ``store`` against the replay-buffer layout and undo interrupted writes (see module doc).
 
@@ -222,7 +283,9 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
     Raises:
         CorruptStoreError: ``data``/``meta`` group or ``meta/episode_ends`` missing; ``episode_ends`` not
             1-D integer, negative or decreasing; a data array shorter than ``episode_ends[-1]``
-            (message names the key and both numbers).
+            (message names the key and both numbers); ``episode_ends`` disagreeing with the commit
+            record, all fill values beside data, or zero-length episodes beside rows to trim (damage:
+            see the module docstring).  Nothing is changed then.
         ReadOnlyError: ``apply=True`` on a read-only store.
     """
     apply = (not store.read_only) if apply is None else bool(apply)
@@ -251,6 +314,7 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
             raise CorruptStoreError(f"data array {key!r} has {rows} rows but meta/episode_ends[-1] is {n}")
         if rows > n:
             rep.extra_rows[key] = rows - n
+    _check_not_damage(store, ends, rep)
     if apply:
         if rep.dropped_commits:
             store.resize("meta", EPISODE_ENDS, ends.size)

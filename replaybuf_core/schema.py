@@ -16,13 +16,44 @@ from .chunks import check_chunks_compatible
 SPEC_FIELDS = ("shape", "chunks", "dtype", "needs_compressor")
 
 
+#: Channel counts of a camera frame (gray, RGB, RGBA) — what an image codec stores as pixels.
+FRAME_CHANNELS = (1, 3, 4)
+#: Sides (px) of what is stored as an image: smaller "frames" are numbers; WebP's own limit is
+#: 16383 px and imagecodecs only takes sides < 16383.
+MIN_FRAME_SIDE, MAX_FRAME_SIDE = 8, 16382
+
+
+def is_frame_shape(shape: tuple[int, ...]) -> bool:
+    """True for ``(N, H, W, C)`` camera frames: channels last, ``C`` in 1/3/4, ``8 <= H, W <= 16382``.
+    Channels-first ``(N, C, H, W)`` stacks, ``(N, H, W, 2)`` flow fields and tiny grids are not."""
+    shape = tuple(int(s) for s in shape)
+    return (len(shape) == 4 and shape[3] in FRAME_CHANNELS
+            and all(MIN_FRAME_SIDE <= s <= MAX_FRAME_SIDE for s in shape[1:3]))
+
+
+def is_string_dtype_spec(dtype: Any) -> bool:
+    """True when a spec's dtype names text: ``"str"``, ``str``, ``object``, or a NumPy ``U``/``T`` dtype
+    (seed-style schemas write ``"dtype": "str"`` for language annotations)."""
+    if dtype is str or dtype == "str":
+        return True
+    try:
+        return np.dtype(dtype).kind in "OUT"
+    except TypeError:
+        return False
+
+
 def is_uint8_image_spec(spec: Mapping[str, Any]) -> bool:
-    """True for a camera-frame spec: 4-D ``(0, H, W, C)`` and dtype uint8 (stored as WebP)."""
-    return len(tuple(spec["shape"])) == 4 and np.dtype(spec["dtype"]) == np.uint8
+    """True for a camera-frame spec, stored as images (WebP): uint8 with :func:`is_frame_shape`.
+    Other uint8 arrays — channels-first ``(0, C, H, W)`` frame stacks, ``(0, H, W, 2)`` flow — are
+    numbers (Blosc)."""
+    if is_string_dtype_spec(spec["dtype"]) or np.dtype(spec["dtype"]) != np.uint8:
+        return False
+    return is_frame_shape(tuple(spec["shape"]))
 
 
 def normalize_array_spec(key: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     """Check and normalise one array spec ``{shape (0, ...), chunks, dtype, needs_compressor}``.
+    A text dtype (``"str"``, ``object``, ``U``) becomes ``object`` (arrays of ``str``).
 
     Raises:
         KeyError: a field is missing (names key and field).
@@ -37,10 +68,13 @@ def normalize_array_spec(key: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"array spec {key!r}: shape {shape} must be (0, ...) — episodes are appended on axis 0")
     chunks = tuple(spec["chunks"])
     check_chunks_compatible(chunks, shape)
-    try:
-        dtype = np.dtype(spec["dtype"])
-    except TypeError as exc:
-        raise TypeError(f"array spec {key!r}: bad dtype {spec['dtype']!r}: {exc}") from None
+    if is_string_dtype_spec(spec["dtype"]):
+        dtype = np.dtype(object)  # text: object arrays of str, as everything replaybuf returns
+    else:
+        try:
+            dtype = np.dtype(spec["dtype"])
+        except TypeError as exc:
+            raise TypeError(f"array spec {key!r}: bad dtype {spec['dtype']!r}: {exc}") from None
     return {"shape": shape, "chunks": tuple(int(c) for c in chunks), "dtype": dtype,
             "needs_compressor": bool(spec["needs_compressor"])}
 
@@ -92,7 +126,11 @@ class DatasetSchema:
             arr = np.asarray(episode[key])
             if arr.ndim == 0:
                 raise ValueError(f"episode {index}, key {key!r}: a 0-d value has no time axis")
-            if arr.dtype != spec["dtype"]:
+            if spec["dtype"] == object:
+                if arr.dtype.kind not in "OUT" or (arr.dtype == object and not all(isinstance(v, str) for v in arr.flat)):
+                    raise ValueError(f"episode {index}, key {key!r}: the schema declares text; got {arr.dtype} values")
+                arr = arr.astype(object)
+            elif arr.dtype != spec["dtype"]:
                 raise ValueError(f"episode {index}, key {key!r}: dtype {arr.dtype} differs from the schema's "
                                  f"{spec['dtype']}")
             if tuple(arr.shape[1:]) != tuple(spec["shape"][1:]):
@@ -106,3 +144,25 @@ class DatasetSchema:
         if length == 0:
             raise ValueError(f"episode {index}: zero-length episodes are rejected")
         return out
+
+
+def as_dataset_schema(schema: Any) -> DatasetSchema:
+    """``schema`` as a :class:`DatasetSchema`: one as it is, or any seed-style schema object — one with
+    ``zarr_path`` (``str`` or ``os.PathLike``) and ``get_zarr_array_specs()`` returning key →
+    ``{shape, chunks, dtype, needs_compressor}`` — checked and normalised from its specs.
+
+    Raises:
+        TypeError: ``schema`` has no ``zarr_path`` or no ``get_zarr_array_specs()``, or a path that is
+            neither ``str`` nor path-like.
+        KeyError / ValueError / TypeError: a bad spec (see :func:`normalize_array_spec`).
+    """
+    if isinstance(schema, DatasetSchema):
+        return schema
+    path = getattr(schema, "zarr_path", None)
+    specs = getattr(schema, "get_zarr_array_specs", None)
+    if path is None or not callable(specs):
+        raise TypeError(f"{type(schema).__name__} is no dataset schema: it needs a `zarr_path` and a "
+                        "`get_zarr_array_specs()` method (or pass a replaybuf_core.schema.DatasetSchema)")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"schema.zarr_path must be a str or path, got {type(path).__name__}")
+    return DatasetSchema(Path(os.fspath(path)), dict(specs()))

@@ -8,8 +8,11 @@ The store is opened with :func:`replaybuf_core.registry.open_backend` (read-only
   non-negative and non-decreasing (each violation names the episode and both values);
 * every data array has exactly ``episode_ends[-1]`` rows (fewer: an error; more: a note — the trace of
   an interrupted append, hidden on read-only opens and trimmed on writable ones);
+* what looks like an interrupted write but is damage (:mod:`replaybuf_core.recovery`: ends that
+  disagree with the commit record, all fill values beside data, zero-length episodes beside rows to
+  trim) is an error: recovery refuses it, and so does verification;
 * the backend's own checks of stored objects, when it has the optional ``check_chunks`` method (zarr:
-  chunk/shard files missing from the store);
+  chunk/shard files missing from the store; for data arrays only those holding committed rows);
 * every array (data and meta) decodes: it is read block by block, one stored object (shard, else chunk)
   along axis 0 at a time, and a failing block is named by key, chunk index and row range;
 * NaN / inf in float data: a note (legal values, often a recording bug), with counts and the first row
@@ -126,6 +129,15 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 if zero.size:
                     note("meta/episode_ends", f"{zero.size} zero-length episode(s), first: episode {int(zero[0])}")
     n_steps = int(ends[-1]) if ends is not None and ends.size else 0
+    if ends is not None and not any(p.level == "error" for p in problems):
+        # what recovery would refuse to repair (damage that looks like an interrupted write)
+        from .errors import CorruptStoreError
+        from .recovery import recover
+
+        try:
+            recover(store, apply=False)
+        except CorruptStoreError as exc:
+            err("meta/episode_ends", str(exc))
     checker = getattr(store, "check_chunks", None)
     for group in ("data", "meta"):
         for name in store.list_arrays(group):
@@ -139,7 +151,12 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                     note(where, f"{where} has {rows - n_steps} rows past meta/episode_ends[-1]={n_steps} "
                                 "(an interrupted append: hidden on read-only opens, trimmed on writable ones)")
             if callable(checker):
-                for msg in checker(group, name):
+                committed = n_steps if group == "data" and ends is not None else None
+                try:
+                    found = checker(group, name, rows=committed)
+                except TypeError:  # a third-party backend without the ``rows`` argument
+                    found = checker(group, name)
+                for msg in found:
                     err(where, msg)
             _scan(store, group, name, shape, ends, err, note)
     return problems

@@ -432,12 +432,13 @@ class ZarrBackend:
         self._settle((group, name))
         return stored_bytes(self.get_array(group, name))
 
-    def check_chunks(self, group: str, name: str) -> list[str]:
-        """Optional protocol method: problems with the stored objects (missing chunk/shard files)."""
+    def check_chunks(self, group: str, name: str, rows: int | None = None) -> list[str]:
+        """Optional protocol method: problems with the stored objects (missing chunk/shard files);
+        with ``rows``, objects wholly past the first ``rows`` rows (uncommitted ones) are no problem."""
         from .inspection import missing_objects
 
         self._settle((group, name))
-        return missing_objects(self.get_array(group, name), f"{group}/{name}")
+        return missing_objects(self.get_array(group, name), f"{group}/{name}", rows)
 
     def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Gather ``rows`` (int array of any shape) into ``out``: the fast reader decodes every chunk

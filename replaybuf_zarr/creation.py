@@ -10,60 +10,92 @@ import zarr
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.compressors import resolve_compressor
-from replaybuf_core.schema import DatasetSchema, is_uint8_image_spec
+from replaybuf_core.schema import as_dataset_schema, is_uint8_image_spec
 
 from .backend import ZarrEntrypoint
 from .codec_convert import to_zarr_codecs
 from .codecs import WebPCodec
+from .codecs.webp import LOSSLESS_LEVEL
+from .codecs.webp import check_chunk_shape as check_webp_chunk_shape
 from .sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape, validate_image_frames_per_shard
 
 logger = logging.getLogger(__name__)
 LOG_EVERY = 50
 
+#: The image codec of schema-driven creation: lossless WebP (exact; ``level`` is the effort).
+DEFAULT_IMAGE_CODEC = WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
+
+
+def _array_plan(key: str, spec: dict[str, Any], image_codec: Any, compressor: Any,
+                frames_per_shard: int | None) -> dict[str, Any]:
+    """The ``create_array`` arguments of one normalised spec (nothing created).  Raises ValueError /
+    TypeError naming the key when the image codec cannot store the frames."""
+    if is_uint8_image_spec(spec):
+        chunks = (1,) + tuple(spec["shape"][1:])
+        if isinstance(image_codec, WebPCodec):
+            try:
+                check_webp_chunk_shape(chunks)
+            except ValueError as exc:
+                raise ValueError(f"array spec {key!r}: {exc}") from None
+        return dict(shape=spec["shape"], dtype="uint8", chunks=chunks, serializer=image_codec,
+                    compressors=None, fill_value=0,
+                    shards=get_image_shard_shape(chunks, frames_per_shard) if frames_per_shard else None)
+    _, comps = to_zarr_codecs(compressor if spec["needs_compressor"] else None)
+    if spec["dtype"] == object:  # text: zarr's variable-length UTF-8 strings
+        return dict(shape=spec["shape"], dtype=str, chunks=spec["chunks"], fill_value="", compressors=comps)
+    return dict(shape=spec["shape"], dtype=spec["dtype"], chunks=spec["chunks"], compressors=comps)
+
 
 def create_zarr_arrays(
     data_group: zarr.Group,
-    schema: DatasetSchema,
+    schema: Any,
     image_codec: Any = None,
     numeric_compressor: Any = "default",
     image_frames_per_shard: int | None = DEFAULT_IMAGE_FRAMES_PER_SHARD,
 ) -> dict[str, zarr.Array]:
     """Create one empty array per schema spec in ``data_group``.
 
-    uint8 4-D specs (camera frames): ``image_codec`` as serializer (default ``WebPCodec()``: level 99,
-    lossy), chunks of one frame ``(1, H, W, C)``, shards of ``image_frames_per_shard`` frames (None: no
-    sharding).  Other specs: the spec's chunks and ``numeric_compressor`` (preset name or codec), or no
+    ``schema`` is a :class:`~replaybuf_core.schema.DatasetSchema` or any seed-style schema object
+    (``zarr_path`` + ``get_zarr_array_specs()``; see :func:`~replaybuf_core.schema.as_dataset_schema`).
+    Camera frames (:func:`~replaybuf_core.schema.is_uint8_image_spec`: uint8 ``(0, H, W, C)``, C in
+    1/3/4) get ``image_codec`` as serializer — default :data:`DEFAULT_IMAGE_CODEC`, **lossless**
+    WebP, so what is written reads back exactly — chunks of one frame ``(1, H, W, C)`` and shards of
+    ``image_frames_per_shard`` frames (None: no sharding).  Every other spec (numbers, channels-first
+    frame stacks, text) gets the spec's chunks and ``numeric_compressor`` (preset name or codec), or no
     compressor when ``needs_compressor`` is False.
 
     Raises:
-        TypeError / ValueError: bad ``image_frames_per_shard`` (see
-            :func:`~replaybuf_zarr.sharding.validate_image_frames_per_shard`), unknown preset.
+        TypeError / ValueError: a bad schema or spec, bad ``image_frames_per_shard`` (see
+            :func:`~replaybuf_zarr.sharding.validate_image_frames_per_shard`), an unknown preset.
         FileExistsError: an array of that name already exists in ``data_group``.
-    Nothing is created when an argument is invalid.
+    Every argument and spec is checked before the first array is created; should creating one fail
+    (I/O), the arrays created by this call are removed again.
     """
+    schema = as_dataset_schema(schema)
     n = validate_image_frames_per_shard(image_frames_per_shard)
-    image_codec = WebPCodec() if image_codec is None else image_codec
+    image_codec = DEFAULT_IMAGE_CODEC if image_codec is None else image_codec
     compressor = resolve_compressor(numeric_compressor)
     specs = schema.get_zarr_array_specs()
     taken = [k for k in specs if k in data_group]
     if taken:
         raise FileExistsError(f"arrays {taken} already exist in {data_group}")
-    created = {}
-    for key, spec in specs.items():
-        if is_uint8_image_spec(spec):
-            chunks = (1,) + tuple(spec["shape"][1:])
-            created[key] = data_group.create_array(
-                key, shape=spec["shape"], dtype="uint8", chunks=chunks, serializer=image_codec,
-                compressors=None, shards=get_image_shard_shape(chunks, n) if n else None, fill_value=0)
-        else:
-            _, comps = to_zarr_codecs(compressor if spec["needs_compressor"] else None)
-            created[key] = data_group.create_array(
-                key, shape=spec["shape"], dtype=spec["dtype"], chunks=spec["chunks"], compressors=comps)
+    plans = {key: _array_plan(key, spec, image_codec, compressor, n) for key, spec in specs.items()}
+    created: dict[str, zarr.Array] = {}
+    try:
+        for key, plan in plans.items():
+            created[key] = data_group.create_array(key, **plan)
+    except BaseException:
+        for key in created:
+            try:
+                del data_group[key]
+            except Exception:  # noqa: BLE001 -- the original error matters more
+                logger.warning("could not remove the half-created array %s", key)
+        raise
     return created
 
 
 def create_zarr_replay_buffer(
-    schema: DatasetSchema,
+    schema: Any,
     episodes: Iterable[Mapping[str, Any]],
     total_episodes: int | None = None,
     image_frames_per_shard: int | None = DEFAULT_IMAGE_FRAMES_PER_SHARD,
@@ -87,8 +119,12 @@ def create_zarr_replay_buffer(
             store).  StoreLockedError: another process is writing to it.
         ValueError / TypeError: a bad episode (see above), bad ``image_frames_per_shard``.
     """
-    validate_image_frames_per_shard(image_frames_per_shard)
-    resolve_compressor(numeric_compressor)
+    schema = as_dataset_schema(schema)
+    n = validate_image_frames_per_shard(image_frames_per_shard)
+    compressor = resolve_compressor(numeric_compressor)
+    codec = DEFAULT_IMAGE_CODEC if image_codec is None else image_codec
+    for key, spec in schema.get_zarr_array_specs().items():  # every spec checked before the path is touched
+        _array_plan(key, spec, codec, compressor, n)
     if schema.zarr_path.exists() and not overwrite:
         raise FileExistsError(f"{schema.zarr_path} already exists; pass overwrite=True (CLI: --overwrite) "
                               "to replace it")

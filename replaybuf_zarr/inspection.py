@@ -34,12 +34,13 @@ def object_shape(arr: zarr.Array) -> tuple[int, ...]:
     return tuple(shards) if shards else tuple(arr.chunks)
 
 
-def missing_objects(arr: zarr.Array, label: str) -> list[str]:
+def missing_objects(arr: zarr.Array, label: str, rows: int | None = None) -> list[str]:
     """Problems: stored objects (chunk or shard files) that the array's shape needs but the store
     lacks, each naming ``label`` (e.g. ``"data/img"``) and its row range.  Such rows read as the fill
     value; zarr itself omits chunks equal to the fill value unless ``write_empty_chunks`` is on (the
     importer turns it on), so on other writers' stores a missing all-fill chunk may be benign — the
-    message says so."""
+    message says so.  With ``rows``, objects starting at or past row ``rows`` are left out (rows a
+    killed writer left past ``episode_ends[-1]``: uncommitted, so nothing is lost with them)."""
     shape = tuple(arr.shape)
     if len(shape) == 0 or math.prod(shape) == 0:
         return []
@@ -51,6 +52,8 @@ def missing_objects(arr: zarr.Array, label: str) -> list[str]:
     present = set(sync(_list(arr.store, arr.path + "/")))
     missing = []
     for coords in itertools.product(*grid):
+        if rows is not None and coords[0] * obj[0] >= rows:
+            continue
         if keys(coords) not in present:
             missing.append(coords)
     problems = []

@@ -40,6 +40,7 @@ __all__ = [
     "CODEC_NAME",
     "DEFAULT_LEVEL",
     "DEFAULT_LOSSLESS",
+    "LOSSLESS_LEVEL",
     "MAX_FRAME_SIDE",
     "WEBP_MAX_DIMENSION",
     "WebPCodec",
@@ -51,8 +52,13 @@ CODEC_NAME = "replaybuf.webp"
 #: Default WebP quality (0-100).
 DEFAULT_LEVEL = 99
 
-#: Default encoding mode (lossy).
+#: Default encoding mode of the codec class (lossy, for zarr users who name it themselves);
+#: replaybuf's importers and schema-driven creation pass ``lossless=True``.
 DEFAULT_LOSSLESS = False
+
+#: The ``level`` replaybuf uses for lossless frames: in lossless mode it is libwebp's effort
+#: (the pixels are identical at every level); 90 is close to the smallest output at a modest cost.
+LOSSLESS_LEVEL = 90
 
 #: Largest width/height a WebP bitstream can describe (14-bit fields in the
 #: VP8/VP8L headers; WebP container specification, "Canvas Width/Height").
@@ -111,7 +117,7 @@ def _check_rank(shape: tuple[int, ...], what: str) -> None:
         )
 
 
-def _check_chunk_shape(chunk_shape: tuple[int, ...]) -> None:
+def check_chunk_shape(chunk_shape: tuple[int, ...]) -> None:
     """Check one chunk shape: rank, one frame, channel count, side limit.
 
     Raises ValueError naming the offending value.
@@ -302,7 +308,7 @@ class WebPCodec(ArrayBytesCodec):
         _check_dtype(dtype)
         _check_rank(tuple(shape), "array")
         chunk_shape = _regular_chunk_shape(chunk_grid)
-        _check_chunk_shape(chunk_shape)
+        check_chunk_shape(chunk_shape)
         if len(shape) == 4 and chunk_shape[3] != shape[3]:
             raise ValueError(
                 f"WebPCodec chunks must hold all channels of a pixel: array shape "
@@ -332,7 +338,7 @@ class WebPCodec(ArrayBytesCodec):
         """
         chunk = np.asarray(chunk)
         _check_dtype(chunk.dtype)
-        _check_chunk_shape(chunk.shape)
+        check_chunk_shape(chunk.shape)
         frame = chunk[0]
         if frame.ndim == 3 and frame.shape[2] == 1:
             frame = frame[..., 0]

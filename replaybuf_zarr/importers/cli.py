@@ -34,6 +34,9 @@ def register_diffusion_policy(formats) -> None:
     p.add_argument("--frames-per-shard", type=int, default=256, metavar="N",
                    help="image frames per shard (default 256); 0 disables sharding")
     p.add_argument("--overwrite", action="store_true", help="replace an existing zarr store at DST")
+    p.add_argument("--drop-empty-episodes", action="store_true",
+                   help="leave out zero-length source episodes (equal consecutive episode_ends) and record "
+                        "their indices in the store's attributes; without it such a source is refused")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_diffusion_policy)
 
@@ -45,7 +48,8 @@ def run_diffusion_policy(args) -> int:
     report = import_diffusion_policy(
         args.src, args.dst, keep_dtype=args.keep_dtype, lossy_quality=args.lossy_quality,
         image_frames_per_shard=None if args.frames_per_shard == 0 else args.frames_per_shard,
-        progress=not args.no_progress, overwrite=args.overwrite)
+        progress=not args.no_progress, overwrite=args.overwrite,
+        drop_empty_episodes=args.drop_empty_episodes)
     print(report.summary())
     sys.stdout.flush()
     return 0 if report.ok else 1

@@ -66,28 +66,21 @@ from replaybuf_core.compressors import resolve_compressor
 from replaybuf_core.copying import copy_array
 from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.prefetch import prefetch
+from replaybuf_core.schema import is_frame_shape
 
 from ..backend import ZarrEntrypoint
 from ..codecs import WebPCodec
+from ..codecs.webp import LOSSLESS_LEVEL
 from ..sharding import get_image_shard_shape, validate_image_frames_per_shard
 from .uint8_exact import as_uint8_if_lossless
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ImportReport", "KeyReport", "import_diffusion_policy", "is_image_shape"]
+__all__ = ["ImportReport", "KeyReport", "import_diffusion_policy", "is_frame_shape"]
 
-IMAGE_CHANNELS = (1, 3, 4)
-MIN_IMAGE_SIDE = 8
-#: libwebp effort for lossless frames (decoded pixels are identical at every level).
-LOSSLESS_LEVEL = 90
 EPISODE_ENDS = "episode_ends"
 #: Seconds between commits while importing (see :class:`~replaybuf_core.writer.EpisodeWriter`).
 IMPORT_COMMIT_INTERVAL = 0.25
-
-
-def is_image_shape(shape: tuple[int, ...]) -> bool:
-    """True for ``(N, H, W, C)`` with ``C`` in {1, 3, 4} and ``H, W >= 8`` (pixels)."""
-    return len(shape) == 4 and shape[3] in IMAGE_CHANNELS and min(shape[1], shape[2]) >= MIN_IMAGE_SIDE
 
 
 @dataclass
@@ -131,6 +124,8 @@ class ImportReport:
     meta_keys: list[str]
     problems: list[str] = field(default_factory=list)
     restarts: list[str] = field(default_factory=list)
+    #: source indices of the zero-length episodes left out (``drop_empty_episodes=True``)
+    dropped_empty_episodes: list[int] = field(default_factory=list)
     source_bytes: int = 0
     stored_bytes: int = 0
     seconds: float = 0.0
@@ -156,6 +151,9 @@ class ImportReport:
         lines.append(f"  meta: {', '.join(self.meta_keys)}")
         for msg in self.restarts:
             lines.append(f"  restart: {msg}")
+        if self.dropped_empty_episodes:
+            lines.append(f"  dropped {len(self.dropped_empty_episodes)} zero-length source episode(s): "
+                         f"{self.dropped_empty_episodes[:20]}{' ...' if len(self.dropped_empty_episodes) > 20 else ''}")
         ratio = self.source_bytes / self.stored_bytes if self.stored_bytes else float("nan")
         lines.append(f"bytes on disk: source {self.source_bytes:,}, destination {self.stored_bytes:,} "
                      f"({ratio:.2f}x smaller)" if ratio >= 1 else
@@ -258,7 +256,7 @@ def _plan_key(store: Any, key: str, n_steps: int, keep_dtype: bool, lossy_qualit
     shape = (n_steps,) + tuple(store.shape("data", key)[1:])
     dtype = np.dtype(store.dtype("data", key))
     note = kept_float.get(key)
-    image_ok = is_image_shape(shape) and (dtype == np.uint8 or (
+    image_ok = is_frame_shape(shape) and (dtype == np.uint8 or (
         dtype.kind in "iuf" and not keep_dtype and key not in kept_float))
     if image_ok:
         codec = (WebPCodec(level=int(lossy_quality), lossless=False) if lossy_quality is not None
@@ -267,7 +265,7 @@ def _plan_key(store: Any, key: str, n_steps: int, keep_dtype: bool, lossy_qualit
         shards = get_image_shard_shape(chunks, fps) if fps else None
         return _Plan(key, shape, dtype, np.dtype(np.uint8), chunks, shards, codec, True,
                      dtype != np.uint8, lossy_quality is not None, note)
-    if is_image_shape(shape) and dtype.kind in "iuf" and keep_dtype and note is None:
+    if is_frame_shape(shape) and dtype.kind in "iuf" and keep_dtype and note is None:
         note = f"kept as {dtype} (keep_dtype)"
     chunks = get_optimal_chunks((max(shape[0], 1),) + shape[1:], dtype)
     codec = None if dtype == object else resolve_compressor("default")
@@ -283,6 +281,7 @@ def import_diffusion_policy(
     image_frames_per_shard: int | None = 256,
     progress: bool = True,
     overwrite: bool = False,
+    drop_empty_episodes: bool = False,
 ) -> ImportReport:
     """Import the diffusion_policy replay buffer at ``src`` into a new zarr v3 store at ``dst``.
 
@@ -297,6 +296,11 @@ def import_diffusion_policy(
         image_frames_per_shard: frames per shard of WebP arrays (``None``: one file per frame).
         progress: show a tqdm bar over episodes (stderr).
         overwrite: replace an existing zarr store at ``dst`` (never a non-zarr directory).
+        drop_empty_episodes: import a source whose ``episode_ends`` holds zero-length episodes (two
+            equal consecutive entries, as 3D-Diffusion-Policy stores have) by leaving them out; their
+            source indices are recorded in the store's ``data`` attributes
+            (``import.dropped_empty_episodes``) and in the report.  replaybuf buffers hold no empty
+            episode, so without it such a source is refused before anything is written.
 
     Returns:
         An :class:`ImportReport`; check ``report.ok`` (verification problems do not raise).
@@ -306,7 +310,8 @@ def import_diffusion_policy(
         FileExistsError: ``dst`` exists (and ``overwrite`` is False, or it is not a zarr store).
         ValueError: ``src`` is not a replay buffer (no ``data``/``meta/episode_ends``, decreasing
             ``episode_ends``, short data array: a :class:`~replaybuf_core.errors.CorruptStoreError`),
-            ``dst`` is inside ``src`` (or the same), bad ``lossy_quality``.
+            ``dst`` is inside ``src`` (or the same), bad ``lossy_quality``; ``src`` has zero-length
+            episodes (named) and ``drop_empty_episodes`` is False.
         TypeError: bad ``lossy_quality`` / ``image_frames_per_shard`` type.
     Nothing is written when an argument is rejected.  If the import itself fails midway, the partial
     destination is removed and the error re-raised.
@@ -337,6 +342,16 @@ def import_diffusion_policy(
     src_rb = ReplayBuffer(src_store, read_only=True)  # validates episode_ends and data lengths
     if src_rb.n_episodes == 0:
         logger.info("%s holds no episode", src_path)
+    lengths = np.diff(src_rb.episode_ends, prepend=0)
+    empty = [int(i) for i in np.flatnonzero(lengths == 0)]
+    if empty and not drop_empty_episodes:
+        shown = ", ".join(map(str, empty[:20])) + (f", ... ({len(empty)} in all)" if len(empty) > 20 else "")
+        raise ValueError(f"{src_path}: episode(s) {shown} of {src_rb.n_episodes} have zero length (equal "
+                         "consecutive meta/episode_ends entries); replaybuf buffers hold no empty episode. "
+                         "Pass drop_empty_episodes=True (CLI: --drop-empty-episodes) to import the others "
+                         "and record which were dropped")
+    if empty:
+        logger.warning("%s: dropping %d zero-length episode(s): %s", src_path, len(empty), empty[:20])
 
     kept_float: dict[str, str] = {}
     restarts: list[str] = []
@@ -356,7 +371,7 @@ def import_diffusion_policy(
     while True:
         try:
             result = _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float,
-                                  progress, overwrite or bool(restarts))
+                                  progress, overwrite or bool(restarts), empty)
             break
         except _NotLossless as exc:
             msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
@@ -368,8 +383,9 @@ def import_diffusion_policy(
             shutil.rmtree(dst_path, ignore_errors=True)
             raise
     plans, checker = result
-    report = _verify(src_rb, src_path, dst_path, plans, checker)
+    report = _verify(src_rb, src_path, dst_path, plans, checker, empty)
     report.restarts = restarts
+    report.dropped_empty_episodes = empty
     report.source_bytes = _disk_bytes(src_path)
     report.stored_bytes = _disk_bytes(dst_path)
     report.seconds = time.perf_counter() - t0
@@ -457,7 +473,7 @@ def _as_bytes(a: np.ndarray) -> np.ndarray:
 
 
 def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float, progress,
-                 replace) -> tuple[dict[str, _Plan], _Checker]:
+                 replace, empty) -> tuple[dict[str, _Plan], _Checker]:
     src_store = src_rb.store
     n_steps, n_ep = src_rb.n_steps, src_rb.n_episodes
     keys = src_rb.keys()
@@ -482,7 +498,7 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
             "conversions": conversions,
             "import": {"format": "diffusion-policy", "source": os.fspath(src_path),
                        "lossy_quality": lossy_quality, "keep_dtype": bool(keep_dtype),
-                       "kept_dtype": dict(kept_float)},
+                       "kept_dtype": dict(kept_float), "dropped_empty_episodes": list(empty)},
         })
         rb = ReplayBuffer(dst)
         # The final length is known: size every data array once (instead of one metadata rewrite
@@ -512,14 +528,16 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
         try:
             def episodes():
                 # runs in a prefetch thread: source decoding overlaps with destination encoding
-                start = 0
-                for ep in range(n_ep):
-                    stop = int(ends[ep])
+                start, ep = 0, 0  # ep: the destination's episode index (empty source ones are left out)
+                for src_ep in range(n_ep):
+                    stop = int(ends[src_ep])
+                    if stop == start:
+                        continue
                     episode = {}
                     for key in keys:
                         episode[key] = readers[key].take(start, stop)  # converted keys: uint8 already
                     yield ep, start, stop, episode
-                    start = stop
+                    start, ep = stop, ep + 1
 
             # commits 4x a second: the checker keeps each episode's source values until its commit
             with rb.writer(commit_interval=IMPORT_COMMIT_INTERVAL) as w:
@@ -544,7 +562,7 @@ def _psnr(sse: float, count: int) -> float:
 
 
 def _verify(src_rb: ReplayBuffer, src_path: Path, dst_path: Path, plans: dict[str, _Plan],
-            checker: _Checker) -> ImportReport:
+            checker: _Checker, empty: list[int]) -> ImportReport:
     """Re-open the destination read-only, check its structure and meta against the source, and
     collect the per-episode data checks made while importing (see module docstring)."""
     problems: list[str] = []
@@ -553,9 +571,11 @@ def _verify(src_rb: ReplayBuffer, src_path: Path, dst_path: Path, plans: dict[st
     _no_cache(dst)
     src_store = src_rb.store
     reports: dict[str, KeyReport] = {}
-    if dst_rb.n_episodes != src_rb.n_episodes or not np.array_equal(dst_rb.episode_ends, src_rb.episode_ends):
-        problems.append(f"meta/episode_ends differs: source {src_rb.n_episodes} episodes / {src_rb.n_steps} "
-                        f"steps, destination {dst_rb.n_episodes} / {dst_rb.n_steps}")
+    want_ends = np.delete(np.asarray(src_rb.episode_ends), empty)  # the source's, empty episodes left out
+    if dst_rb.n_episodes != len(want_ends) or not np.array_equal(dst_rb.episode_ends, want_ends):
+        problems.append(f"meta/episode_ends differs: source {len(want_ends)} episodes / {src_rb.n_steps} "
+                        f"steps{f' ({len(empty)} empty ones dropped)' if empty else ''}, destination "
+                        f"{dst_rb.n_episodes} / {dst_rb.n_steps}")
     if sorted(dst_rb.keys()) != sorted(plans):
         problems.append(f"data keys differ: source {sorted(plans)}, destination {dst_rb.keys()}")
     keys = [k for k in plans if k in dst_rb]

@@ -9,7 +9,9 @@ Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
 ``"chunks"``       ``chunks()`` answers and ``create_array(chunks=...)`` is honoured
 ``"codecs"``       ``codec()`` answers and ``create_array(codec=...)`` is honoured
 ``"shards"``       ``shards()`` answers and ``create_array(shards=...)`` is honoured
-``"persistent"``   data survives the process (a file or directory store)
+``"persistent"``   data survives the process (a file or directory store) — including its death: what
+                   was committed before a SIGKILL opens again (``persist`` below; the kill trials
+                   of :class:`replaybuf_core.testing.conformance.CrashConformance` hold a backend to it)
 ``"batched_read"`` ``read_ranges`` serves many row ranges with one read per chunk touched
 
 Optional methods, called only when present (``getattr(store, name, None)``):
@@ -27,6 +29,11 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       ``concurrent.futures.Future`` carries its error.  Until it is done,
                                       the backend makes overlapping reads, shrinking resizes,
                                       deletes/renames, ``flush`` and ``close`` wait for it
+``persist()``                         make everything written so far survive the death of this process
+                                      (not a power loss); ``ReplayBuffer`` calls it after every commit
+                                      of ``meta/episode_ends``, so a backend that buffers writes (an
+                                      HDF5 file's cache) keeps the "a kill loses at most the episode
+                                      in flight" promise.  Absent: every write is already durable
 ``lock_path() -> path | None``        directory where writable opens take the writer lock
                                       (:mod:`replaybuf_core.locking`); None: no lock
 ``remove_debris(group) -> list[str]`` delete leftovers of a killed writer that are not arrays

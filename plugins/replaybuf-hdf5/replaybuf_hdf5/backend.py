@@ -337,6 +337,12 @@ class Hdf5Backend:
         if self._root.id.valid and not self.read_only:
             self._root.file.flush()
 
+    def persist(self):
+        """Optional protocol verb, called after every commit: flush HDF5's metadata and chunk caches
+        to the file, so a killed process leaves the committed episodes readable (HDF5 otherwise
+        keeps them in memory until ``close``)."""
+        self.flush()
+
     def close(self):
         """Close the file when this backend opened it (a file handed in by the caller is only
         flushed; the caller closes it).  Closing twice is harmless."""

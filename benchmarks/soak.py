@@ -1,9 +1,10 @@
 """Crash soak: SIGKILL writer processes at random moments, many times per operation, and count.
 
-    python -m benchmarks.soak [--trials N] [--kinds add_episode,writer,...] [--seed S]
+    python -m benchmarks.soak [--trials N] [--kinds add_episode,writer,...] [--seed S] [--backend hdf5]
 
 For every kind of write (see :mod:`replaybuf_core.testing.crash`) a child process repeats the
-operation on a LocalStore buffer and is killed after a random delay; the parent reopens the store and
+operation on a zarr LocalStore buffer (or an HDF5 file with ``--backend hdf5``: the kinds of
+``crash.BACKEND_KINDS``) and is killed after a random delay; the parent reopens the store and
 checks it (every committed episode bit-exact, at most the in-flight one missing, appending works).
 Prints one row per kind: trials, clean opens, episodes lost beyond the in-flight one (goal: N / N / 0).
 """
@@ -28,16 +29,20 @@ MAX_DELAY = {"add_episode": 0.3, "writer": 0.4, "writer_frames": 0.4, "drop_epis
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=50, help="kills per kind (default 50)")
-    p.add_argument("--kinds", default=",".join(crash.KINDS), help="comma-separated kinds")
+    p.add_argument("--kinds", default=None, help="comma-separated kinds (default: all the backend has)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="zarr", choices=("zarr", "hdf5"),
+                   help="zarr LocalStore directories (default) or HDF5 files (replaybuf-hdf5)")
     args = p.parse_args(argv)
-    kinds = [k for k in args.kinds.split(",") if k]
+    default = crash.KINDS if args.backend == "zarr" else crash.BACKEND_KINDS
+    kinds = [k for k in (args.kinds or ",".join(default)).split(",") if k]
+    suffix = ".zarr" if args.backend == "zarr" else ".h5"
     rng = np.random.default_rng(args.seed)
     rows, failures = [], []
     with tempfile.TemporaryDirectory(prefix="replaybuf-soak-") as tmp:
         for kind in kinds:
-            path = Path(tmp) / f"{kind}.zarr"
-            crash.create(path, kind=kind)
+            path = Path(tmp) / f"{kind}{suffix}"
+            crash.create(path, kind=kind, backend=args.backend)
             t0 = time.perf_counter()
             results = [crash.run_trial(kind, path, rng, max_delay=MAX_DELAY.get(kind, 0.5))
                        for _ in range(args.trials)]
@@ -47,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((kind, len(results), clean, lost, calls, time.perf_counter() - t0))
             failures += [r for r in results if not r.clean_open or r.lost]
             print(f"{kind}: {clean}/{len(results)} clean, {lost} lost", file=sys.stderr, flush=True)
+    print(f"backend: {args.backend}")
     print(f"{'kind':<20} {'trials':>6} {'clean opens':>11} {'lost beyond in-flight':>21} "
           f"{'calls done':>10} {'time s':>7}")
     for kind, n, clean, lost, calls, dt in rows:

@@ -18,9 +18,11 @@ Rules this class holds, whatever the backend:
 
 from __future__ import annotations
 
+import functools
 import logging
 import numbers
 import os
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping
@@ -48,11 +50,29 @@ EPISODE_ENDS_CHUNK = 4096
 IF_EXISTS = ("replace", "raise", "skip")
 
 
+def _serialized(method):
+    """Run a mutating method under the buffer's lock: threads writing through one buffer take
+    turns (each call whole), instead of interleaving resizes and commits."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
+#: characters no key may hold: path separators of any platform (zarr, HDF5 and the file system
+#: would read ``a\b`` as a path), and control characters
+_BAD_KEY_CHARS = frozenset("/\\") | frozenset(chr(c) for c in range(32)) | {chr(127)}
+
+
 def _check_key(key: Any, what: str = "data key") -> None:
     if not isinstance(key, str):
         raise TypeError(f"{what} must be a str, got {type(key).__name__} {key!r}")
-    if key == "" or "/" in key or key in (".", ".."):
-        raise ValueError(f"{what} {key!r} is invalid: keys must be non-empty and contain no '/'")
+    if key == "" or key in (".", "..") or set(key) & _BAD_KEY_CHARS:
+        raise ValueError(f"{what} {key!r} is invalid: keys must be non-empty, not '.'/'..', and hold "
+                         "no '/', no backslash and no control character")
     if is_temp_name(key):
         raise ValueError(f"{what} {key!r} is reserved for rechunk temp arrays ('_temp', '_temp.*', '_temp_old*')")
 
@@ -117,6 +137,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ opening / creating
     def __init__(self, root: Any, *, backend: str | None = None, read_only: bool = False):
         store = registry.open_backend(root, backend=backend, read_only=read_only)
+        self._mutex = threading.RLock()  # mutations of one buffer from several threads take turns
         self._closed = False
         self._lock = None
         self._release = None
@@ -504,6 +525,7 @@ class ReplayBuffer:
         return iter(self.keys())
 
     # ------------------------------------------------------------------ meta
+    @_serialized
     def update_meta(self, data: Mapping[str, Any]) -> Any:
         """Store each value as a meta array (scalars and lists become arrays; replaces existing).
 
@@ -604,6 +626,7 @@ class ReplayBuffer:
             layouts[key] = (ck, codec)
         return arrays, length, layouts
 
+    @_serialized
     def add_episode(self, data: Mapping[str, Any], chunks: dict | None = None,
                     compressors: dict | None = None) -> None:
         """Append one episode.
@@ -653,6 +676,12 @@ class ReplayBuffer:
             self._store.create_array("data", key, shape=(n_rows,) + arr.shape[1:], dtype=arr.dtype,
                                      chunks=ck, codec=codec)
 
+    def _persist(self) -> None:
+        """Ask the backend to make the commit survive a kill (optional ``persist`` verb)."""
+        persist = getattr(self._store, "persist", None)
+        if callable(persist):
+            persist()
+
     def _commit_episode_end(self, end: int) -> None:
         self._commit_episode_ends(np.array([end], dtype=np.int64))
 
@@ -671,7 +700,9 @@ class ReplayBuffer:
         self._n_ep += k
         self._idx_cache = None
         write_commit_record(s, self._n_ep, int(ends[-1]))  # after the ends: it never claims more
+        self._persist()
 
+    @_serialized
     def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,
                max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0) -> EpisodeWriter:
         """A buffered appender that writes each chunk/shard once (see
@@ -685,6 +716,7 @@ class ReplayBuffer:
         """Append ``data`` as one episode (the seed's alias of :meth:`add_episode`)."""
         self.add_episode(data)
 
+    @_serialized
     def drop_episode(self) -> None:
         """Remove the last episode.  Commit: ``episode_ends`` first, then the data rows.
 
@@ -697,13 +729,19 @@ class ReplayBuffer:
             raise EmptyBufferError("drop_episode on an empty buffer (0 episodes)")
         s = self._store
         new_steps = int(self._ends[self._n_ep - 2]) if self._n_ep > 1 else 0
+        # each step durable before the next overwrites anything (a backend buffering writes may put
+        # a shrink's fill values on disk before its new length): record, then ends, then data
         write_commit_record(s, self._n_ep - 1, new_steps)  # before the ends: it never claims more
+        self._persist()
         s.resize("meta", EPISODE_ENDS, self._n_ep - 1)
         self._n_ep -= 1
         self._idx_cache = None
+        self._persist()
         for key in self.keys():
             s.resize("data", key, new_steps)
+        self._persist()
 
+    @_serialized
     def pop_episode(self) -> dict[str, np.ndarray]:
         """Remove the last episode and return it (a copy: key → array (T, ...)).
 
@@ -856,6 +894,7 @@ class ReplayBuffer:
         self._require_cap(CAP_CHUNKS, "get_chunks")
         return {k: tuple(self._store.chunks("data", k)) for k in self.keys()}
 
+    @_serialized
     def set_chunks(self, chunks: Mapping[str, tuple[int, ...]]) -> None:
         """Rechunk the named arrays (streaming; the new array is written beside the old and swapped).
 
@@ -878,6 +917,7 @@ class ReplayBuffer:
         self._require_cap(CAP_CODECS, "get_compressors")
         return {k: self._store.codec("data", k) for k in self.keys()}
 
+    @_serialized
     def set_compressors(self, compressors: Mapping[str, Any]) -> None:
         """Recompress the named arrays (preset names or codecs), keeping their chunks.
 

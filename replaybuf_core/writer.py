@@ -14,6 +14,7 @@ committed when the writes holding its rows are done (seen at the next block or a
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -82,6 +83,7 @@ class EpisodeWriter:
         self._failed: BaseException | None = None
         self._commit_interval = float(commit_interval)
         self._last_commit = -float("inf")  # the first episode commits at once
+        self._mutex = threading.RLock()  # threads sharing this writer take turns
         buffer._open_writer = self  # until close: the buffer refuses other changes meanwhile
 
     # -- public -----------------------------------------------------------------------------------
@@ -93,11 +95,12 @@ class EpisodeWriter:
     def add_episode(self, data: Mapping[str, Any]) -> None:
         """Stage one episode (key → array (T, ...)); raises what ``ReplayBuffer.add_episode`` raises.
         A Ctrl-C meanwhile is raised when the episode is staged (and written where due)."""
-        if self._closed:
-            raise RuntimeError("this EpisodeWriter is closed")
-        self._check_not_failed()
-        with deferred_sigint():
-            self._add_episode(data)
+        with self._mutex:
+            if self._closed:
+                raise RuntimeError("this EpisodeWriter is closed")
+            self._check_not_failed()
+            with deferred_sigint():
+                self._add_episode(data)
 
     def _add_episode(self, data: Mapping[str, Any]) -> None:
         rb = self._rb
@@ -122,23 +125,25 @@ class EpisodeWriter:
     def flush(self) -> None:
         """Write every staged row (partial objects included) and commit every staged episode
         (Ctrl-C meanwhile is raised once they are committed)."""
-        self._check_not_failed()
-        if self._written:
-            with deferred_sigint():
-                self._write(aligned=False)
+        with self._mutex:
+            self._check_not_failed()
+            if self._written:
+                with deferred_sigint():
+                    self._write(aligned=False)
 
     def close(self) -> None:
         """Flush and stop accepting episodes; when that flush fails, the uncommitted rows are
         dropped (as the next open would) and the error re-raised."""
-        if not self._closed:
-            self._closed = True
-            try:
-                self.flush()
-            except BaseException:
-                self._trim_uncommitted()
-                raise
-            finally:
-                self._release()
+        with self._mutex:
+            if not self._closed:
+                self._closed = True
+                try:
+                    self.flush()
+                except BaseException:
+                    self._trim_uncommitted()
+                    raise
+                finally:
+                    self._release()
 
     def _release(self) -> None:
         if getattr(self._rb, "_open_writer", None) is self:
@@ -151,13 +156,14 @@ class EpisodeWriter:
         if exc_type is None:
             self.close()
             return
-        self._closed = True
-        try:  # keep every complete episode the caller handed over
-            self.flush()
-        except BaseException:
-            self._trim_uncommitted()
-        finally:
-            self._release()
+        with self._mutex:
+            self._closed = True
+            try:  # keep every complete episode the caller handed over
+                self.flush()
+            except BaseException:
+                self._trim_uncommitted()
+            finally:
+                self._release()
 
     # -- internals ----------------------------------------------------------------------------------
     def _check_not_failed(self) -> None:

@@ -495,6 +495,11 @@ class ZarrBackend:
     def close(self):
         self.settle_writes()
         store = self._root.store
+        local = _local_root(store)
+        if local is not None:  # the fast reader's open chunk/shard files of this store
+            from .chunk_reader import FILES
+
+            FILES.release(root=str(store.root))
         if type(store).__name__ == "ZipStore":
             store.close()
 

@@ -18,10 +18,11 @@ by a crc32c when ``index_codecs`` are ``[bytes, crc32c]``).
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -37,25 +38,140 @@ from .zarr_compat import memory_store_dict
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
-#: descriptors of replaced objects stay open at least this long (s), and at most this many
-RETIRED_SECONDS, RETIRED_FDS = 2.0, 256
+#: descriptors dropped from the pool (replaced files, evicted ones) stay open at least this long (s)
+RETIRED_SECONDS = 2.0
+
+
+def _fd_limits() -> tuple[int, int]:
+    """(open descriptors kept, retired ones waiting at most): well under the soft ``RLIMIT_NOFILE``
+    (1024 on many systems), so sampling or verifying a store of 5,000 chunk files never runs out."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+        soft = 1024
+    if soft <= 0 or soft == getattr(__import__("resource"), "RLIM_INFINITY", -1):
+        soft = 1 << 16
+    return max(8, min(512, soft // 4)), max(4, min(256, soft // 8))
+
+
+#: at most this many chunk/shard files are kept open by all readers of this process together
+#: (least recently used ones are closed), and at most RETIRED_FDS wait to be closed
+MAX_OPEN_FILES, RETIRED_FDS = _fd_limits()
+
+
+class _FileHandle:
+    """An open descriptor of one version of one stored object; ``retired`` once the pool dropped it
+    (it is closed :data:`RETIRED_SECONDS` later: readers holding it must fetch a new handle)."""
+
+    __slots__ = ("fd", "retired")
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.retired = False
+
+
+class _FilePool:
+    """The process-wide LRU of open chunk/shard files (``os.pread`` needs no seek, so one descriptor
+    serves every thread).  Entries are keyed ``(owner, path)``: each reader (a :class:`_Fetcher`)
+    sees the files as they were when it first read them, and a reader made later opens them anew
+    (another process may have replaced them).  Bounded by :data:`MAX_OPEN_FILES` over all owners;
+    evicted and replaced files are retired, not closed at once, because another thread may be
+    reading through them (a closed number is reused by the next ``open``).  After a fork the child
+    starts an empty pool."""
+
+    def __init__(self) -> None:
+        self._open: OrderedDict[tuple[int, str], _FileHandle] = OrderedDict()
+        self._retired: deque[tuple[float, _FileHandle]] = deque()
+        self._versions: dict[str, int] = {}  # per path: how many times it was forgotten (replaced)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():  # the parent's descriptors are not ours to close
+            self._open, self._retired, self._pid = OrderedDict(), deque(), os.getpid()
+
+    def handle(self, owner: int, path: str) -> _FileHandle | None:
+        """``owner``'s open file at ``path`` (opened now if needed), or None when there is none."""
+        key = (owner, path)
+        with self._lock:
+            self._check_fork()
+            h = self._open.get(key)
+            if h is not None:
+                self._open.move_to_end(key)
+                return h
+            version = self._versions.get(path, 0)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        h = _FileHandle(fd)
+        with self._lock:
+            if self._versions.get(path, 0) != version:
+                self._retire(h)  # replaced while we opened it (a writer thread): good for this read only
+                return h
+            kept = self._open.get(key)
+            if kept is not None:  # another thread opened it meanwhile; nobody else has ours
+                os.close(fd)
+                return kept
+            self._open[key] = h
+            while len(self._open) > MAX_OPEN_FILES:
+                self._retire(self._open.popitem(last=False)[1])
+            self._sweep()
+        return h
+
+    def forget(self, path: str) -> None:
+        """``path`` was replaced (by this process): every owner's descriptor of it (the old bytes)
+        is retired."""
+        with self._lock:
+            self._check_fork()
+            self._versions[path] = self._versions.get(path, 0) + 1  # an open under way keeps out
+            for key in [k for k in self._open if k[1] == path]:
+                self._retire(self._open.pop(key))
+
+    def release(self, owner: int | None = None, root: str | None = None) -> None:
+        """Retire the descriptors of ``owner`` (a reader going away), or of every owner under
+        directory ``root`` (its store was closed)."""
+        prefix = root.rstrip("/") + "/" if root is not None else None
+        with self._lock:
+            self._check_fork()
+            for key in [k for k in self._open
+                        if (owner is not None and k[0] == owner) or (prefix is not None and k[1].startswith(prefix))]:
+                self._retire(self._open.pop(key))
+
+    def open_count(self) -> int:
+        """Descriptors held (open and retired): for tests and diagnostics."""
+        with self._lock:
+            return len(self._open) + len(self._retired)
+
+    def _retire(self, h: _FileHandle) -> None:  # under self._lock
+        h.retired = True
+        self._retired.append((time.monotonic(), h))
+        self._sweep()
+
+    def _sweep(self) -> None:  # under self._lock
+        now = time.monotonic()
+        while self._retired and (len(self._retired) > RETIRED_FDS or now - self._retired[0][0] > RETIRED_SECONDS):
+            try:
+                os.close(self._retired.popleft()[1].fd)
+            except OSError:  # pragma: no cover
+                pass
+
+
+FILES = _FilePool()
 
 
 class _Fetcher:
-    """Synchronous byte access to one store: whole objects and byte ranges.
+    """Synchronous byte access to one store: whole objects and byte ranges (files through the
+    process-wide :data:`FILES` pool, a ``MemoryStore`` through its dict)."""
 
-    On a ``LocalStore`` file descriptors are kept open per object (``os.pread`` needs no seek, so
-    they are safe to share across threads; after a fork the child reopens its own).
-    """
+    _owners = itertools.count()
 
     def __init__(self, store: Any):
         from zarr.storage import LocalStore, MemoryStore
 
-        self._fds: dict[str, int] = {}
-        self._retired: deque[tuple[float, int]] = deque()  # (when, fd) dropped, closed later (forget)
-        self._versions: dict[str, int] = {}  # per object: how many times it was forgotten (replaced)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._owner = next(self._owners)
         if isinstance(store, LocalStore):
             self.kind = "local"
             self.root = str(store.root)
@@ -65,63 +181,29 @@ class _Fetcher:
         else:
             raise TypeError("unsupported store")
 
-    def _fd(self, key: str) -> int | None:
-        if self._pid != os.getpid():  # forked: the parent's descriptors are not ours to keep
-            self._fds = {}
-            self._retired = deque()
-            self._pid = os.getpid()
-        fd = self._fds.get(key)
-        if fd is None:
-            version = self._versions.get(key, 0)
-            try:
-                fd = os.open(f"{self.root}/{key}", os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            with self._lock:
-                if self._versions.get(key, 0) != version:
-                    # replaced while we opened it (a writer thread): good for this read only
-                    self._retired.append((time.monotonic(), fd))
-                    return fd
-                kept = self._fds.setdefault(key, fd)  # another thread may have opened it meanwhile
-            if kept != fd:
-                os.close(fd)
-            fd = kept
-        return fd
+    def _fd(self, key: str) -> _FileHandle | None:
+        return FILES.handle(self._owner, f"{self.root}/{key}")
 
     def close(self) -> None:
-        if self._pid == os.getpid():
-            for fd in [*self._fds.values(), *(fd for _, fd in self._retired)]:
-                try:
-                    os.close(fd)
-                except OSError:  # pragma: no cover
-                    pass
-        self._fds = {}
-        self._retired = deque()
-
-    def forget(self, key: str) -> None:
-        """Drop the descriptor of ``key`` (its file was replaced: the old one reads the old bytes).
-        It is closed :data:`RETIRED_SECONDS` later (or when :data:`RETIRED_FDS` wait): another thread
-        may have just taken it for a read, and a closed number is reused for the next file opened."""
-        with self._lock:
-            self._versions[key] = self._versions.get(key, 0) + 1  # an open under way keeps out
-            fd = self._fds.pop(key, None)
-            if fd is None or self._pid != os.getpid():
-                return
-            now = time.monotonic()
-            self._retired.append((now, fd))
-            while self._retired and (len(self._retired) > RETIRED_FDS or now - self._retired[0][0] > RETIRED_SECONDS):
-                try:
-                    os.close(self._retired.popleft()[1])
-                except (OSError, IndexError):  # pragma: no cover
-                    pass
+        """Let go of this reader's open files (retired: closed shortly, or when more are opened)."""
+        if self.kind == "local":
+            FILES.release(owner=self._owner)
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def forget(self, key: str) -> None:
+        """Drop the descriptor of ``key`` (its file was replaced: the old one reads the old bytes)."""
+        if self.kind == "local":
+            FILES.forget(f"{self.root}/{key}")
 
     def get(self, key: str) -> bytes | None:
         if self.kind == "local":
-            fd = self._fd(key)
-            return None if fd is None else os.pread(fd, os.fstat(fd).st_size, 0)
+            h = self._fd(key)
+            return None if h is None else os.pread(h.fd, os.fstat(h.fd).st_size, 0)
         buf = self.mapping.get(key)
         return None if buf is None else buf.to_bytes()
 
@@ -132,19 +214,19 @@ class _Fetcher:
 
     def size(self, handle: Any) -> int:
         """Bytes in the object behind a :meth:`handle`."""
-        return os.fstat(handle).st_size if self.kind == "local" else len(handle.as_numpy_array())
+        return os.fstat(handle.fd).st_size if self.kind == "local" else len(handle.as_numpy_array())
 
     def read_tail(self, handle: Any, n: int) -> bytes:
         """The last ``n`` bytes (fewer if the object is shorter) of a :meth:`handle`."""
         if self.kind == "local":
-            size = os.fstat(handle).st_size
-            return os.pread(handle, min(n, size), max(0, size - n))
+            size = os.fstat(handle.fd).st_size
+            return os.pread(handle.fd, min(n, size), max(0, size - n))
         return handle.as_numpy_array()[-n:].tobytes()
 
     def read_at(self, handle: Any, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a :meth:`handle`."""
         if self.kind == "local":
-            return os.pread(handle, stop - start, start)
+            return os.pread(handle.fd, stop - start, start)
         return handle.as_numpy_array()[start:stop].tobytes()
 
 
@@ -196,7 +278,7 @@ class ChunkReader:
         are read through it too, so index and bytes come from one version of the shard); None when
         the shard does not exist."""
         entry = self._index_cache.get(shard_coords, False)
-        if entry is not False:
+        if entry is not False and not (entry is not None and getattr(entry[0], "retired", False)):
             return entry
         sh = self._shard
         n = sh.index_size
@@ -247,8 +329,8 @@ class ChunkReader:
             for c, p, stride in zip(coords, per, self._strides):
                 local += (c % p) * stride
         entry = self._index_cache.get(shard_coords, False)
-        if entry is False:
-            entry = self._shard_index(shard_coords)
+        if entry is False or (entry is not None and getattr(entry[0], "retired", False)):
+            entry = self._shard_index(shard_coords)  # (again, when the pool retired its file)
         if entry is None:
             return None
         handle, idx = entry

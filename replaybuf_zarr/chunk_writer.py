@@ -15,7 +15,7 @@ through zarr-python.
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from concurrent.futures import Future
 from typing import Callable
 
@@ -51,8 +51,11 @@ class ChunkWriter:
     def _put(self, key: str, data: bytes) -> None:
         if self._local is not None:
             path = os.path.join(self._local, key)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            # mode 0o666 less the umask, as zarr's LocalStore and open() give (mkstemp would make it 0600)
+            tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)

@@ -76,6 +76,9 @@ class ZarrLocalHarness(ZarrMemoryHarness):
     def _path(self, buffer):
         return str(buffer.root.store.root)
 
+    def crash_path(self):
+        return str(self.base / f"crash{next(self._n)}.zarr")
+
     def reopen(self, buffer):
         return ReplayBuffer(self._path(buffer))
 

@@ -40,6 +40,7 @@ from .conformance import (
     ChunkCodecConformance,
     ConstructorConformance,
     CopyConformance,
+    CrashConformance,
     EpisodeConformance,
     MetaConformance,
     PropertiesConformance,

@@ -19,6 +19,7 @@ from ..buffer import ReplayBuffer
 from ..errors import CapabilityError, CorruptStoreError, ReadOnlyError
 from ..protocol import CAP_CHUNKS, CAP_CODECS
 from .data import assert_buffer_equal, assert_episode_equal, assert_snapshot_equal, make_episode, snapshot
+from . import crash
 from .harness import BackendHarness
 from .stateful import run_state_machine
 
@@ -776,6 +777,28 @@ class StorageProtocolConformance:
         assert_buffer_equal(harness.reopen(buf), eps)
 
 
+class CrashConformance:
+    """The promise of a ``"persistent"`` backend: SIGKILL a process appending (``add_episode``, an
+    ``EpisodeWriter``) or removing episodes at a random moment, and the store opens again holding
+    exactly the committed episodes, bit-exact, losing at most the one in flight, and appending goes
+    on (:mod:`replaybuf_core.testing.crash`; ``benchmarks.soak`` runs the same trials by the
+    hundred).  Needs :meth:`BackendHarness.crash_path`; skipped when it returns None."""
+
+    #: kill trials per kind (each starts a Python process: about a second)
+    crash_trials = 3
+
+    @pytest.mark.parametrize("kind", crash.BACKEND_KINDS)
+    def test_sigkill(self, harness, kind):
+        path = harness.crash_path()
+        if path is None:
+            pytest.skip("the harness has no crash_path (not a persistent backend)")
+        crash.create(path, kind=kind, backend=harness.name)
+        rng = np.random.default_rng(sum(map(ord, kind)))
+        for _ in range(self.crash_trials):
+            r = crash.run_trial(kind, path, rng, max_delay=0.6)
+            assert r.clean_open and r.lost == 0, f"{kind}: {r.error} (lost {r.lost}, {r.done} calls done)"
+
+
 class StatefulConformance:
     """The hypothesis state machine (see :func:`~replaybuf_core.testing.make_state_machine`)."""
 
@@ -796,6 +819,7 @@ class BufferConformance(
     CopyConformance,
     StorageProtocolConformance,
     StatefulConformance,
+    CrashConformance,
 ):
     """The whole suite: subclass it as ``class TestMyBackend(BufferConformance): pass`` next to a
     ``harness`` fixture."""

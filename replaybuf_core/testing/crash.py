@@ -11,6 +11,11 @@ Kinds: ``add_episode``, ``writer`` (``EpisodeWriter``), ``writer_frames`` (``Epi
 with one-frame ``img`` chunks, so blocks are encoded in the background, committing every 20 ms),
 ``drop_episode``, ``pop_episode``,
 ``set_chunks``, ``set_compressors``, ``rechunk_recompress`` (``replaybuf_zarr.rechunk_recompress_array``).
+
+Any persistent backend can be tried: :func:`create` takes its name and the child opens the path with
+whichever backend claims it (a directory: zarr; ``.h5``: hdf5).  :data:`BACKEND_KINDS` are the kinds
+every backend must survive (the rechunk ones need chunks and zarr's rechunker);
+:class:`replaybuf_core.testing.conformance.CrashConformance` runs them in a backend's own tests.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from ..recovery import is_temp_name
 KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
          "rechunk_recompress")
 APPEND_KINDS = ("add_episode", "writer", "writer_frames")
+#: the kinds a third-party persistent backend is held to (no zarr-only operation)
 SHRINK_KINDS = ("drop_episode", "pop_episode")
+BACKEND_KINDS = ("add_episode", "writer", "drop_episode", "pop_episode")
 KEYS = ("action", "img", "label", "obs")
 CHUNKS = {"obs": (8, 4), "action": (8, 2), "img": (8, 6, 6, 3), "label": (8,)}
 #: ``writer_frames``: one frame a chunk, as camera frames are stored (writes of many chunks run on the pool)
@@ -61,11 +68,12 @@ def expected_steps(n_episodes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return ends, data
 
 
-def create(path: str | os.PathLike, n_episodes: int = MIN_EPISODES, kind: str | None = None) -> None:
-    """A fresh LocalStore buffer at ``path`` holding episodes ``0..n_episodes-1`` (chunks of 8 rows;
-    one-frame ``img`` chunks for ``kind="writer_frames"``)."""
+def create(path: str | os.PathLike, n_episodes: int = MIN_EPISODES, kind: str | None = None,
+           backend: str = "zarr") -> None:
+    """A fresh buffer on ``backend`` at ``path`` (a zarr LocalStore directory by default) holding
+    episodes ``0..n_episodes-1`` (chunks of 8 rows; one-frame ``img`` chunks for ``kind="writer_frames"``)."""
     chunks = FRAME_CHUNKS if kind == "writer_frames" else CHUNKS
-    with ReplayBuffer.create_empty("zarr", os.fspath(path)) as rb:
+    with ReplayBuffer.create_empty(backend, os.fspath(path)) as rb:
         for i in range(n_episodes):
             rb.add_episode(episode(i), chunks=chunks)
 
@@ -199,23 +207,31 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
         rb = _open_quiet(path)
     except Exception as exc:  # noqa: BLE001 - a failed open is the result
         return TrialResult(kind, False, committed, len(dones), f"open failed: {type(exc).__name__}: {exc}")
-    with rb:
-        n = rb.n_episodes
-        if kind in APPEND_KINDS:
-            lost = max(0, committed - n)
-            ok_range = committed <= n <= committed + (1 if kind == "add_episode" else MAX_EPISODES + 100)
-        elif kind in SHRINK_KINDS:
-            lost = max(0, (committed - 1) - n)
-            ok_range = committed - 1 <= n <= committed
-        else:
-            lost = max(0, before - n)
-            ok_range = n == before
-        problem = None if ok_range else f"{n} episodes after the kill; {committed} committed"
-        problem = problem or _check_content(rb, n)
-        if problem is None:  # appending continues
-            rb.add_episode(episode(n))
-            problem = _check_content(rb, n + 1)
-    return TrialResult(kind, problem is None, lost, len(dones), problem)
+    try:
+        with rb:
+            return _judge(kind, rb, before, committed, len(dones))
+    except Exception as exc:  # noqa: BLE001 - a committed episode that does not read back is the result
+        return TrialResult(kind, False, committed, len(dones), f"reading back failed: {type(exc).__name__}: {exc}")
+
+
+def _judge(kind: str, rb: ReplayBuffer, before: int, committed: int, done: int) -> TrialResult:
+    """Compare the reopened store with what the child had committed; then append once more."""
+    n = rb.n_episodes
+    if kind in APPEND_KINDS:
+        lost = max(0, committed - n)
+        ok_range = committed <= n <= committed + (1 if kind == "add_episode" else MAX_EPISODES + 100)
+    elif kind in SHRINK_KINDS:
+        lost = max(0, (committed - 1) - n)
+        ok_range = committed - 1 <= n <= committed
+    else:
+        lost = max(0, before - n)
+        ok_range = n == before
+    problem = None if ok_range else f"{n} episodes after the kill; {committed} committed"
+    problem = problem or _check_content(rb, n)
+    if problem is None:  # appending continues
+        rb.add_episode(episode(n))
+        problem = _check_content(rb, n + 1)
+    return TrialResult(kind, problem is None, lost, done, problem)
 
 
 if __name__ == "__main__":  # pragma: no cover

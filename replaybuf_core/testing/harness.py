@@ -53,6 +53,14 @@ class BackendHarness:
         ``NotImplementedError`` (the default) to skip the save tests."""
         raise NotImplementedError
 
+    def crash_path(self) -> Any:
+        """A fresh path (not yet existing) where this persistent backend creates a store that other
+        *processes* open by path — ``ReplayBuffer(path)`` must pick this backend for it (a ``.h5``
+        file, a directory...).  The kill trials of
+        :class:`~replaybuf_core.testing.conformance.CrashConformance` run there.  Return None (the
+        default) for a backend that does not persist: those trials skip."""
+        return None
+
     def remove_group(self, buffer: ReplayBuffer, group: str) -> Any:
         """Delete the ``data`` or ``meta`` group from the buffer's root (to test that opening such a
         store raises CorruptStoreError).  Raise ``NotImplementedError`` (the default) to skip those

@@ -78,6 +78,7 @@ class Hdf5Backend:
         if not isinstance(root, h5py.Group):
             raise TypeError(f"the hdf5 backend needs an h5py.File or h5py.Group, got {type(root).__name__}")
         self._root = root
+        self._fresh: set[tuple[str, str]] = set()  # string datasets whose tail chunk was rebuilt
         self._owns_file = owns_file
         self._filename = root.file.filename
         file_ro = root.file.mode == "r"
@@ -85,6 +86,8 @@ class Hdf5Backend:
         caps = {CAP_CHUNKS, CAP_CODECS}
         if not _is_memory_file(root.file):
             caps.add(CAP_PERSISTENT)
+            if not self.read_only:
+                _hold_metadata_until_flush(root.file)
         self.capabilities = frozenset(caps)
 
     # -- groups ---------------------------------------------------------------------------------
@@ -246,6 +249,7 @@ class Hdf5Backend:
         n_rows = int(n_rows)
         if n_rows < 0:
             raise ValueError(f"cannot resize {group}/{name} to {n_rows} rows")
+        self._fresh_string_tail(group, name, ds)
         old = ds.shape[0]
         if n_rows < old and ds.chunks is not None:
             c = ds.chunks[0]
@@ -279,7 +283,27 @@ class Hdf5Backend:
         if start < 0 or stop > ds.shape[0]:
             raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {ds.shape[0]}")
         if stop > start:
+            self._fresh_string_tail(group, name, ds)
             ds[start:stop] = values
+
+    def _fresh_string_tail(self, group: str, name: str, ds: h5py.Dataset) -> None:
+        """Before the first write of this session into a string dataset: rebuild its last, partly
+        filled chunk from the rows inside the array.  A killed process can leave that chunk holding,
+        past the array's end, references to strings whose heap never reached the file; HDF5 reads
+        the old values of every element it overwrites, so the next append would fail with "bad heap
+        index".  Shrinking to the chunk boundary drops the chunk whole (no element is read), and
+        the kept rows are written back into a fresh one."""
+        if (group, name) in self._fresh or not _is_h5_string(ds) or ds.chunks is None or ds.ndim == 0:
+            return
+        self._fresh.add((group, name))
+        n, c = ds.shape[0], ds.chunks[0]
+        base = (n // c) * c
+        if base == n:
+            return
+        keep = ds[base:n]
+        ds.resize(base, axis=0)
+        ds.resize(n, axis=0)
+        ds[base:n] = keep
 
     def read(self, group, name, start, stop, step=None):
         """Rows ``[start:stop:step]`` as a new ndarray (strings: ``object`` array of ``str``)."""
@@ -354,6 +378,33 @@ class Hdf5Backend:
             self.flush()
 
 
+#: how replaybuf creates HDF5 files.  ``fs_strategy="none"``: HDF5 never reuses file space freed
+#: in a session, so rewriting a chunk (an append into a partly filled compressed chunk) never
+#: overwrites bytes that the metadata last flushed to disk still points to — a killed process then
+#: leaves the file as of its last flush (:meth:`Hdf5Backend.persist`, after every commit) instead
+#: of chunks holding other chunks' bytes.  The price: rewritten chunks leave dead space behind
+#: (``h5repack`` reclaims it).
+CRASH_SAFE_FILE = {"fs_strategy": "none"}
+#: writable files get a raw-chunk cache this large (bytes; h5py's default is 1 MiB), so the chunks an
+#: append touches stay in memory until the flush after its commit instead of reaching the disk early
+WRITE_CHUNK_CACHE = {"rdcc_nbytes": 64 * 2**20, "rdcc_nslots": 100_003, "rdcc_w0": 0.0}
+
+
+def _hold_metadata_until_flush(f: h5py.File) -> None:
+    """Keep HDF5's metadata (object headers, chunk indexes, the global heap of strings) in memory
+    until the next flush: with evictions off, the file on disk only changes at :meth:`Hdf5Backend.
+    persist` (after each commit), never half-way through an append.  Raw chunks may still be written
+    earlier — with :data:`CRASH_SAFE_FILE` into fresh space the flushed metadata does not point to.
+    Source: HDF5 ``H5Pset_mdc_config`` (``evictions_enabled`` needs the automatic resize modes off)."""
+    try:
+        config = f.id.get_mdc_config()
+        config.incr_mode = config.flash_incr_mode = config.decr_mode = 0  # H5C_*__off
+        config.evictions_enabled = False
+        f.id.set_mdc_config(config)
+    except (AttributeError, ValueError, RuntimeError):  # pragma: no cover - an h5py without the call
+        pass
+
+
 def _decode_str_list(value: Any) -> list[str]:
     if value is None:
         return []
@@ -404,7 +455,7 @@ class Hdf5Entrypoint(BackendEntrypoint):
             raise FileNotFoundError(f"no HDF5 file at {path}")
         if not h5py.is_hdf5(path):
             raise ValueError(f"{path} is not an HDF5 file")
-        f = h5py.File(path, "r" if read_only else "r+")
+        f = h5py.File(path, "r") if read_only else h5py.File(path, "r+", **WRITE_CHUNK_CACHE)
         return Hdf5Backend(f, read_only=read_only, owns_file=True)
 
     def create(self, store: Any = None, *, if_exists: str = "replace", **kwargs: Any) -> Hdf5Backend:
@@ -449,6 +500,9 @@ class Hdf5Entrypoint(BackendEntrypoint):
                                           "overwrite it")
             path.parent.mkdir(parents=True, exist_ok=True)
             mode = {"replace": "w", "append": "a", "raise": "w-"}[if_exists]
+            if mode == "a" and not path.exists():
+                mode = "w-"  # a new file (h5py sets file-space settings only when creating)
+            kwargs = {**WRITE_CHUNK_CACHE, **(CRASH_SAFE_FILE if mode != "a" else {}), **kwargs}
             backend = Hdf5Backend(h5py.File(path, mode, **kwargs), owns_file=True)
         else:
             raise TypeError(f"the hdf5 backend creates roots at a path, in an h5py group or in memory "

@@ -44,6 +44,9 @@ class Hdf5Harness(BackendHarness):
     def new_store(self) -> str:
         return self._path()
 
+    def crash_path(self) -> str:
+        return self._path()
+
     def remove_group(self, buffer: ReplayBuffer, group: str) -> None:
         del buffer.root[group]
 

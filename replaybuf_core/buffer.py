@@ -40,6 +40,7 @@ from . import locking
 from .errors import CapabilityError, EmptyBufferError, ReadOnlyError
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend, read_rows_via_ranges
 from .recovered_view import RecoveredView
+from .replace import build_beside, holding_lock
 from .recovery import COMMIT_RECORD, RecoveryReport, is_temp_name, recover, temp_names, write_commit_record
 from .writer import EpisodeWriter
 
@@ -305,11 +306,15 @@ class ReplayBuffer:
     def save_to_path(self, zarr_path: str | os.PathLike, chunks=None, compressors=None,
                      if_exists: str = "replace", **kwargs: Any) -> Any:
         """Write this buffer to a zarr ``LocalStore`` at ``zarr_path`` (``~`` expanded); returns the
-        store."""
-        from_path = os.path.expanduser(os.fspath(zarr_path))
-        entry = registry.get_backend(kwargs.pop("backend", "zarr"))
-        dst = entry.create(from_path, if_exists="append")
-        self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists)
+        store.  ``if_exists="replace"`` builds the new store beside an existing one and swaps it in
+        at the end; ``"raise"``/``"skip"`` write into it.  Either way the store's writer lock is
+        held meanwhile: a store another process is recording into is never touched
+        (``StoreLockedError``), and a failed save leaves the old store as it was."""
+        path = os.path.expanduser(os.fspath(zarr_path))
+        backend = kwargs.pop("backend", "zarr")
+        self._validate_copy_args(None, chunks, compressors, if_exists)
+        self._copy_to_path(path, backend, chunks=chunks, compressors=compressors, if_exists=if_exists, **kwargs)
+        dst = registry.get_backend(backend).open(path, read_only=True)
         root = dst.root
         dst.close()
         return getattr(root, "store", root)
@@ -321,9 +326,35 @@ class ReplayBuffer:
             backend = "numpy"
         entry = registry.get_backend(backend) if backend else registry.guess_backend(store)
         self._validate_copy_args(keys, chunks, compressors, if_exists)
+        if isinstance(store, (str, os.PathLike)) and "://" not in os.fspath(store):
+            path = os.path.expanduser(os.fspath(store))
+            self._copy_to_path(path, entry.name, keys=keys, chunks=chunks, compressors=compressors,
+                               if_exists=if_exists, **kwargs)
+            return type(self)(path, backend=entry.name)
         dst = entry.create(store, if_exists="append", **kwargs)
         self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
         return type(self)(dst)
+
+    def _copy_to_path(self, path: str, backend: str, *, keys=None, chunks=None, compressors=None,
+                      if_exists="replace", **kwargs: Any) -> None:
+        """Copy into the store at local ``path`` on ``backend``: ``replace`` builds beside it and
+        swaps (:func:`~replaybuf_core.replace.build_beside`), the other modes write into it; both
+        under its writer lock."""
+        entry = registry.get_backend(backend)
+        if if_exists == "replace":
+            with build_beside(path) as beside:
+                dst = entry.create(os.fspath(beside.path), if_exists="append", **kwargs)
+                try:
+                    self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
+                finally:
+                    dst.close()
+            return
+        with holding_lock(path):
+            dst = entry.create(path, if_exists="append", **kwargs)
+            try:
+                self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
+            finally:
+                dst.close()
 
     def _validate_copy_args(self, keys, chunks, compressors, if_exists) -> list[str]:
         if if_exists not in IF_EXISTS:

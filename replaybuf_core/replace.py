@@ -28,41 +28,62 @@ def _sibling(path: Path, what: str) -> Path:
     return path.parent / f".{path.name}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+class Beside:
+    """What :func:`build_beside` yields: ``path``, where to build the new store (it does not exist
+    yet), and ``swap``: set it False to abandon the build (it is removed, the old store stays)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.swap = True
+
+
 @contextmanager
-def build_beside(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a fresh, not yet existing sibling path of ``path`` to build the new store in; on a
-    clean exit swap it in for ``path`` (which may not exist), on an exception remove it and leave
-    ``path`` alone.
+def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
+    """Build a store (directory or file) beside ``path`` and swap it in at the end.
+
+    Yields a :class:`Beside` whose ``path`` is a fresh hidden sibling of ``path``.  On a clean exit
+    (with ``swap`` left True) the new store replaces ``path`` (which may not exist); on an exception,
+    or with ``swap`` set False, the new one is removed and ``path`` is left alone.  An existing
+    directory's writer lock is held from the start to the swap.
 
     Raises:
-        StoreLockedError: another process holds ``path``'s writer lock (raised before anything is
-            built).
-        FileExistsError: ``path`` exists and is not a directory.
+        StoreLockedError: another process holds ``path``'s writer lock (before anything is built).
+        ValueError: ``path`` is a URL (``scheme://...``): only local paths are replaced here.
     """
-    path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{path} exists and is not a directory; refusing to replace it")
+    text = os.fspath(path)
+    if "://" in text:
+        raise ValueError(f"{text} is a URL, not a local path; replacing it in place is not supported")
+    path = Path(os.path.abspath(os.path.expanduser(text)))
     lock = locking.acquire(path) if path.is_dir() else None
-    tmp = _sibling(path, "building")
+    beside = Beside(_sibling(path, "building"))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        yield tmp
-        if path.exists():
+        yield beside
+        if not beside.swap:
+            _remove(beside.path)
+        elif path.exists() or path.is_symlink():
             old = _sibling(path, "replaced")
             os.rename(path, old)
-            os.rename(tmp, path)
+            os.rename(beside.path, path)
             if lock is not None:
                 lock.release()
                 lock = None
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
         else:
-            os.rename(tmp, path)
+            os.rename(beside.path, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(beside.path)
         raise
     finally:
         if lock is not None:
             lock.release()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
 
 
 @contextmanager

@@ -16,7 +16,9 @@ The store is opened with :func:`replaybuf_core.registry.open_backend` (read-only
 * every array (data and meta) decodes: it is read block by block, one stored object (shard, else chunk)
   along axis 0 at a time, and a failing block is named by key, chunk index and row range;
 * NaN / inf in float data: a note (legal values, often a recording bug), with counts and the first row
-  and episode.
+  and episode;
+* what it cannot check: arrays stored without a compressor or checksum (zeroed bytes decode as
+  zeros), a note naming them.
 
 Levels: ``"error"`` fails verification, ``"note"`` does not.
 """
@@ -30,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from . import registry
-from .protocol import CAP_CHUNKS, CAP_SHARDS
+from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
+from .recovery import read_commit_record
 
 EPISODE_ENDS = "episode_ends"
 #: per array, at most this many undecodable blocks are listed, then a count of the rest
@@ -150,6 +153,12 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 elif rows > n_steps:
                     note(where, f"{where} has {rows - n_steps} rows past meta/episode_ends[-1]={n_steps} "
                                 "(an interrupted append: hidden on read-only opens, trimmed on writable ones)")
+            checked_by_record = (group, name) == ("meta", EPISODE_ENDS) and read_commit_record(store) is not None
+            if (CAP_CODECS in store.capabilities and shape and shape[0] and store.codec(group, name) is None
+                    and not checked_by_record):
+                note(where, f"{where} is stored without a compressor or checksum: damage to its bytes (a "
+                            "zeroed or overwritten chunk) reads back as plausible values, so verify cannot "
+                            "detect it there")
             if callable(checker):
                 committed = n_steps if group == "data" and ends is not None else None
                 try:

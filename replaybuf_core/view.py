@@ -14,6 +14,8 @@ from .inspect import open_read_only
 
 #: image keys: (T, H, W) or (T, H, W, C) with C in {1, 3, 4} and H, W at least this many pixels
 MIN_IMAGE_SIDE = 8
+#: output file suffix → the format written (matplotlib, through Pillow for JPEG and WebP)
+IMAGE_FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 MAX_LINES = 24
 
 
@@ -44,7 +46,8 @@ def _to_display(frames: np.ndarray) -> np.ndarray:
 
 def render_episode(path_or_buffer: Any, episode: int, out: str | os.PathLike, key: str | None = None,
                    max_frames: int = 16, dpi: int = 100) -> dict[str, Any]:
-    """Write a PNG of episode ``episode``: up to ``max_frames`` evenly spaced frames of image ``key``
+    """Write an image of episode ``episode`` — PNG, JPEG or WebP, chosen by the suffix of ``out``
+    (:data:`IMAGE_FORMATS`) —: up to ``max_frames`` evenly spaced frames of image ``key``
     (default: the first image key; none when the buffer has no image key) in a grid, each titled with
     its step, then one line plot per numeric key (axis 0 = step in the episode; a key of step shape
     ``(d1, d2, ...)`` is drawn as its flattened components, at most 24 lines).
@@ -55,13 +58,19 @@ def render_episode(path_or_buffer: Any, episode: int, out: str | os.PathLike, ke
     Raises:
         IndexError / TypeError: bad episode index (names it and the count).
         KeyError: ``key`` is not a data key, or not an image key.
-        ValueError: ``max_frames`` < 1.
+        ValueError: ``max_frames`` < 1; ``out`` has a suffix that is not an image format named in
+            :data:`IMAGE_FORMATS` (checked before anything is read or written).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     if max_frames < 1:
         raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    suffix = os.path.splitext(os.fspath(out))[1].lower()
+    fmt = IMAGE_FORMATS.get(suffix)
+    if fmt is None:
+        raise ValueError(f"{os.fspath(out)}: the file name must end in one of {sorted(IMAGE_FORMATS)} "
+                         "(the image format is taken from it)")
     rb = open_read_only(path_or_buffer)
     images = image_keys(rb)
     if key is not None:
@@ -116,7 +125,7 @@ def render_episode(path_or_buffer: Any, episode: int, out: str | os.PathLike, ke
         if r == rows_plot - 1:
             ax.set_xlabel("step in episode", fontsize=8)
     out = os.fspath(out)
-    fig.savefig(out, format="png", bbox_inches="tight", pad_inches=0.15)
+    fig.savefig(out, format=fmt, bbox_inches="tight", pad_inches=0.15)
     from PIL import Image  # a matplotlib dependency
 
     with Image.open(out) as im:

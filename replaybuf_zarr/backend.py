@@ -131,6 +131,8 @@ class ZarrBackend:
             return isinstance(self._root[group], zarr.Group)
         except KeyError:
             return False
+        except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
+            raise _metadata_file_error(self._root.store, group, exc) from exc
 
     def require_group(self, group: str) -> None:
         self._check_writable()
@@ -146,6 +148,8 @@ class ZarrBackend:
             g = self._root[group]
         except KeyError:
             raise KeyError(f"group {group!r} is missing from the zarr store") from None
+        except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
+            raise _metadata_file_error(self._root.store, group, exc) from exc
         if not isinstance(g, zarr.Group):
             raise KeyError(f"{group!r} in the zarr store is an array, not a group")
         return g
@@ -504,6 +508,26 @@ class ZarrBackend:
             store.close()
 
 
+def _metadata_file_error(store: Any, node: str, exc: Exception) -> Exception:
+    """A CorruptStoreError naming the metadata file of ``node`` ("" for the root) that does not
+    parse: its path on disk for a LocalStore, and whether it is empty."""
+    from replaybuf_core.errors import CorruptStoreError
+
+    local = _local_root(store)
+    names = [f"{node}/zarr.json" if node else "zarr.json", f"{node}/.zgroup" if node else ".zgroup"]
+    where = f"{node or 'the root group'}'s zarr.json"
+    if local is not None:
+        for name in names:
+            f = local / name
+            if f.exists():
+                size = f.stat().st_size
+                what = "is empty" if size == 0 else (
+                    "holds only zero bytes" if not f.read_bytes().strip(b"\0") else "is not valid JSON")
+                return CorruptStoreError(f"{f}: {what} ({size} bytes) — the zarr metadata of "
+                                         f"{node or 'the store root'} is damaged: {exc}")
+    return CorruptStoreError(f"{where} cannot be read (damaged metadata): {type(exc).__name__}: {exc}")
+
+
 def _node_error(group: str, name: str, exc: Exception) -> Exception:
     """A CorruptStoreError naming ``group/name`` for metadata zarr cannot load (unknown codec,
     malformed ``zarr.json``)."""
@@ -514,8 +538,8 @@ def _node_error(group: str, name: str, exc: Exception) -> Exception:
             f"{group}/{name}: its zarr.json names a codec this installation does not know ({exc}); "
             "install the package that registers it (numcodecs / imagecodecs, or the replaybuf plugin "
             "that wrote the store, e.g. the WebP codec's) and open it again")
-    return CorruptStoreError(f"{group}/{name}: its zarr metadata (zarr.json) cannot be read: "
-                             f"{type(exc).__name__}: {exc}")
+    return CorruptStoreError(f"{group}/{name}: its zarr metadata ({group}/{name}/zarr.json) cannot be "
+                             f"read: {type(exc).__name__}: {exc}")
 
 
 def rename_member(g: zarr.Group, src: str, dst: str) -> None:
@@ -600,6 +624,8 @@ class ZarrEntrypoint(BackendEntrypoint):
             group = zarr.open_group(store, mode="r" if read_only else "r+")
         except FileNotFoundError:
             raise FileNotFoundError(f"{obj}: no zarr group found (no zarr.json / .zgroup)") from None
+        except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
+            raise _metadata_file_error(store, "", exc) from exc
         return ZarrBackend(group, read_only=read_only or None)
 
     def create(self, store: Any = None, *, if_exists: str = "replace", root: zarr.Group | None = None,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import zarr
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.compressors import resolve_compressor
-from replaybuf_core.schema import as_dataset_schema, is_uint8_image_spec
+from replaybuf_core.replace import build_beside
+from replaybuf_core.schema import DatasetSchema, as_dataset_schema, is_uint8_image_spec
 
 from .backend import ZarrEntrypoint
 from .codec_convert import to_zarr_codecs
@@ -106,8 +109,11 @@ def create_zarr_replay_buffer(
 ) -> ReplayBuffer:
     """Write every episode of ``episodes`` into a new zarr store at ``schema.zarr_path``.
 
-    Opens a ``LocalStore`` there (an existing store is replaced only with ``overwrite=True``, and never
-    while another process holds its writer lock), creates ``data``/``meta`` and the
+    ``schema`` is a :class:`~replaybuf_core.schema.DatasetSchema` or a seed-style schema object.
+    Every spec is checked before the path is touched.  A new store is written in place (a killed run
+    keeps its committed episodes); an existing store is replaced only with ``overwrite=True``, never
+    while another process holds its writer lock, by building the new one beside it and swapping it
+    in at the end (a failure leaves the old store as it was).  Creates ``data``/``meta`` and the
     arrays (:func:`create_zarr_arrays`), validates each episode against the schema before staging it
     (ValueError naming the episode index and key; nothing of that episode is written) and appends
     through :meth:`ReplayBuffer.writer`, so each chunk/shard is written once.  A tqdm progress bar
@@ -128,7 +134,26 @@ def create_zarr_replay_buffer(
     if schema.zarr_path.exists() and not overwrite:
         raise FileExistsError(f"{schema.zarr_path} already exists; pass overwrite=True (CLI: --overwrite) "
                               "to replace it")
-    backend = ZarrEntrypoint().create(schema.zarr_path, if_exists="replace")
+    path = schema.zarr_path
+    if path.exists() and not ((path / "zarr.json").exists() or (path / ".zgroup").exists()):
+        raise FileExistsError(f"{path} exists and is not a zarr store; refusing to replace it")
+    if not path.exists():  # a new store is written in place: a killed run keeps its committed episodes
+        rb = _write_store(path, schema, episodes, total_episodes, image_codec, numeric_compressor,
+                          image_frames_per_shard, progress)
+    else:  # replacing: built beside under the old store's lock, swapped in at the end
+        with build_beside(path) as beside:
+            _write_store(beside.path, schema, episodes, total_episodes, image_codec, numeric_compressor,
+                         image_frames_per_shard, progress).close()
+        rb = ReplayBuffer(os.fspath(path))
+    logger.info("%s: %d episodes, %d steps", path, rb.n_episodes, rb.n_steps)
+    return rb
+
+
+def _write_store(path: Path, schema: DatasetSchema, episodes: Iterable[Mapping[str, Any]],
+                 total_episodes: int | None, image_codec: Any, numeric_compressor: Any,
+                 image_frames_per_shard: int | None, progress: bool) -> ReplayBuffer:
+    """Create the store at the free ``path`` and stream ``episodes`` into it; returns it (writable)."""
+    backend = ZarrEntrypoint().create(os.fspath(path), if_exists="raise")
     create_zarr_arrays(backend.native_group("data"), schema, image_codec=image_codec,
                        numeric_compressor=numeric_compressor, image_frames_per_shard=image_frames_per_shard)
     ReplayBuffer._ensure_episode_ends(backend)
@@ -146,8 +171,10 @@ def create_zarr_replay_buffer(
                     bar.update(1)
                 if (i + 1) % LOG_EVERY == 0:
                     logger.info("%s: %d episodes staged", schema.zarr_path, i + 1)
+    except BaseException:
+        rb.close()
+        raise
     finally:
         if bar is not None:
             bar.close()
-    logger.info("%s: %d episodes, %d steps", schema.zarr_path, rb.n_episodes, rb.n_steps)
     return rb

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 def register(sub) -> None:
     """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
-    p = sub.add_parser("view", help="PNG of one episode: frames grid and numeric plots (read-only)",
-                       description="Write a PNG of one episode: up to --frames evenly spaced frames of an "
-                                   "image key, and a line plot per numeric key.")
+    p = sub.add_parser("view", help="image of one episode: frames grid and numeric plots (read-only)",
+                       description="Write a PNG (or .jpg / .webp, by the file name) of one episode: up to "
+                                   "--frames evenly spaced frames of an image key, and a line plot per "
+                                   "numeric key.")
     p.add_argument("path", metavar="PATH", help="store to read (opened read-only)")
-    p.add_argument("out", metavar="OUT.png", help="PNG file to write")
+    p.add_argument("out", metavar="OUT.png", help="image file to write: .png, .jpg/.jpeg or .webp")
     p.add_argument("--episode", type=int, required=True, metavar="I", help="episode index (negative: from the end)")
     p.add_argument("--key", default=None, help="image key to show (default: the first image key)")
     p.add_argument("--frames", type=int, default=16, help="maximum frames in the grid (default 16)")

@@ -25,8 +25,9 @@ __all__ = [
 
 #: Keys of every episode dict, in this order.
 EPISODE_KEYS = ("image", "position", "action", "mode_id", "context")
-#: Smallest accepted ``image_size``.
-MIN_IMAGE_SIZE = 8
+#: Smallest and largest accepted ``image_size`` (px).  One episode's frames are rendered at once:
+#: 60 steps at 1024 px are 189 MB; larger sides would need gigabytes per episode.
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 8, 1024
 #: Attempts to draw a collision-free noisy trajectory before giving up with RuntimeError.
 MAX_REDRAWS = 100
 
@@ -68,7 +69,7 @@ def resolve_generation_arguments(
         geometry=geometry,
         num_episodes=check_int("num_episodes", num_episodes, 0),
         seed=check_int("seed", seed, 0),
-        image_size=check_int("image_size", image_size, MIN_IMAGE_SIZE),
+        image_size=check_int("image_size", image_size, MIN_IMAGE_SIZE, MAX_IMAGE_SIZE),
         trajectory_length=check_int("trajectory_length", trajectory_length, 2),
         noise_std=check_nonnegative_real("noise_std", noise_std),
         mode_weights=check_mode_weights(mode_weights, geometry.total_modes, geometry.task_name),
@@ -114,7 +115,7 @@ def generate_task_episodes(
             ``corridor_navigation``.
         num_episodes: ``N >= 0``.
         seed: int ``>= 0`` for ``np.random.default_rng``.
-        image_size: ``S >= 8`` pixels.
+        image_size: ``8 <= S <= 1024`` pixels.
         num_modes: ``K``; ``None`` = task default. circle and conditional_circle have exactly
             2 modes and sequential_decision exactly 4: any other explicit value raises
             ValueError. radial: ``K >= 2`` rays. corridor_navigation: even ``K`` in [2, 40] gaps.

@@ -49,7 +49,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ from replaybuf_core.compressors import resolve_compressor
 from replaybuf_core.copying import copy_array
 from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.prefetch import prefetch
+from replaybuf_core.replace import build_beside
 from replaybuf_core.schema import is_frame_shape
 
 from ..backend import ZarrEntrypoint
@@ -313,8 +313,11 @@ def import_diffusion_policy(
             ``dst`` is inside ``src`` (or the same), bad ``lossy_quality``; ``src`` has zero-length
             episodes (named) and ``drop_empty_episodes`` is False.
         TypeError: bad ``lossy_quality`` / ``image_frames_per_shard`` type.
-    Nothing is written when an argument is rejected.  If the import itself fails midway, the partial
-    destination is removed and the error re-raised.
+    Nothing is written when an argument is rejected.  The new store is built beside ``dst`` and swapped
+    in once verified (an existing ``dst`` that fails verification is kept, the report says so); while
+    importing, ``dst``'s writer lock is held (``StoreLockedError`` when another process records into it,
+    before anything is written).  If the import fails midway, what was built is removed, ``dst`` is left
+    as it was, and the error re-raised.
     """
     t0 = time.perf_counter()
     fps = validate_image_frames_per_shard(image_frames_per_shard)
@@ -368,26 +371,31 @@ def import_diffusion_policy(
                                    f"{_episode_of(src_rb, row)}) holds {_first_bad_value(first[row])!r}, "
                                    "not an integer in 0..255")
             del first
-    while True:
-        try:
-            result = _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kept_float,
-                                  progress, overwrite or bool(restarts), empty)
-            break
-        except _NotLossless as exc:
-            msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
-                   f"{exc.key!r} kept as {src_store.dtype('data', exc.key)}")
-            logger.warning("%s", msg)
-            restarts.append(msg)
-            kept_float[exc.key] = f"kept as {src_store.dtype('data', exc.key)}: {exc.reason} (episode {exc.episode}, row {exc.row})"
-        except BaseException:
-            shutil.rmtree(dst_path, ignore_errors=True)
-            raise
-    plans, checker = result
-    report = _verify(src_rb, src_path, dst_path, plans, checker, empty)
+    # built beside dst and swapped in once verified: a store being recorded into is never touched
+    # (its lock is held from here to the swap), and a failed import leaves the old store as it was
+    with build_beside(dst_path) as beside:
+        while True:
+            try:
+                result = _import_once(src_rb, src_path, beside.path, keep_dtype, lossy_quality, fps, kept_float,
+                                      progress, bool(restarts), empty)
+                break
+            except _NotLossless as exc:
+                msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
+                       f"{exc.key!r} kept as {src_store.dtype('data', exc.key)}")
+                logger.warning("%s", msg)
+                restarts.append(msg)
+                kept_float[exc.key] = (f"kept as {src_store.dtype('data', exc.key)}: {exc.reason} "
+                                       f"(episode {exc.episode}, row {exc.row})")
+        plans, checker = result
+        report = _verify(src_rb, src_path, beside.path, plans, checker, empty)
+        report.dst = os.fspath(dst_path)
+        report.stored_bytes = _disk_bytes(beside.path)
+        if not report.ok and dst_path.exists():
+            beside.swap = False  # keep the store that was there; the report says why
+            report.problems.append(f"{dst_path} was left as it was: the new import failed verification")
     report.restarts = restarts
     report.dropped_empty_episodes = empty
     report.source_bytes = _disk_bytes(src_path)
-    report.stored_bytes = _disk_bytes(dst_path)
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -552,6 +560,7 @@ def _import_once(src_rb, src_path, dst_path, keep_dtype, lossy_quality, fps, kep
         finally:
             if bar is not None:
                 bar.close()
+            rb.close()  # releases the destination's writer lock and its open files
     return plans, checker
 
 

@@ -721,6 +721,9 @@ class ReplayBuffer:
         the commit point of every append."""
         s = self._store
         k = len(ends)
+        # each step durable before the next (a backend buffering writes may flush them in any
+        # order, and a kill can land mid-flush): the rows, then the ends, then the record
+        self._persist()
         if self._n_ep + k > self._ends.size:
             grown = np.empty(max(16, 2 * self._ends.size, self._n_ep + k), dtype=np.int64)
             grown[: self._n_ep] = self._ends[: self._n_ep]
@@ -730,6 +733,7 @@ class ReplayBuffer:
         self._ends[self._n_ep: self._n_ep + k] = ends
         self._n_ep += k
         self._idx_cache = None
+        self._persist()
         write_commit_record(s, self._n_ep, int(ends[-1]))  # after the ends: it never claims more
         self._persist()
 

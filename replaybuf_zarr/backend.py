@@ -503,7 +503,7 @@ class ZarrBackend:
         if local is not None:  # the fast reader's open chunk/shard files of this store
             from .chunk_reader import FILES
 
-            FILES.release(root=str(store.root))
+            FILES.release_all(root=str(store.root))
         if type(store).__name__ == "ZipStore":
             store.close()
 

@@ -38,37 +38,35 @@ from .zarr_compat import memory_store_dict
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
-#: descriptors dropped from the pool (replaced files, evicted ones) stay open at least this long (s)
-RETIRED_SECONDS = 2.0
-
-
-def _fd_limits() -> tuple[int, int]:
-    """(open descriptors kept, retired ones waiting at most): well under the soft ``RLIMIT_NOFILE``
-    (1024 on many systems), so sampling or verifying a store of 5,000 chunk files never runs out."""
+def _max_open_files() -> int:
+    """Open descriptors the pool keeps: well under the soft ``RLIMIT_NOFILE`` (1024 on many
+    systems), so sampling or verifying a store of thousands of chunk files never runs out."""
     try:
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY or soft <= 0:
+            soft = 1 << 16
     except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
         soft = 1024
-    if soft <= 0 or soft == getattr(__import__("resource"), "RLIM_INFINITY", -1):
-        soft = 1 << 16
-    return max(8, min(512, soft // 4)), max(4, min(256, soft // 8))
+    return max(8, min(512, soft // 4))
 
 
-#: at most this many chunk/shard files are kept open by all readers of this process together
-#: (least recently used ones are closed), and at most RETIRED_FDS wait to be closed
-MAX_OPEN_FILES, RETIRED_FDS = _fd_limits()
+#: at most this many chunk/shard files are kept open by all readers of this process together (the
+#: least recently used ones are closed; files in use by a read stay open until it is done)
+MAX_OPEN_FILES = _max_open_files()
 
 
 class _FileHandle:
-    """An open descriptor of one version of one stored object; ``retired`` once the pool dropped it
-    (it is closed :data:`RETIRED_SECONDS` later: readers holding it must fetch a new handle)."""
+    """An open descriptor of one version of one stored object.  ``users``: reads under way through
+    it; ``retired``: dropped from the pool (evicted, replaced, released) — closed once no read uses
+    it, and never used for a new read (:meth:`_FilePool.acquire` says False)."""
 
-    __slots__ = ("fd", "retired")
+    __slots__ = ("fd", "users", "retired")
 
     def __init__(self, fd: int):
         self.fd = fd
+        self.users = 0
         self.retired = False
 
 
@@ -76,30 +74,31 @@ class _FilePool:
     """The process-wide LRU of open chunk/shard files (``os.pread`` needs no seek, so one descriptor
     serves every thread).  Entries are keyed ``(owner, path)``: each reader (a :class:`_Fetcher`)
     sees the files as they were when it first read them, and a reader made later opens them anew
-    (another process may have replaced them).  Bounded by :data:`MAX_OPEN_FILES` over all owners;
-    evicted and replaced files are retired, not closed at once, because another thread may be
-    reading through them (a closed number is reused by the next ``open``).  After a fork the child
-    starts an empty pool."""
+    (another process may have replaced them).  At most :data:`MAX_OPEN_FILES` are kept over all
+    owners.  A descriptor is closed only when no read uses it (a closed number is reused by the
+    next ``open``, and a read through it would see another file).  After a fork the child starts an
+    empty pool."""
 
     def __init__(self) -> None:
         self._open: OrderedDict[tuple[int, str], _FileHandle] = OrderedDict()
-        self._retired: deque[tuple[float, _FileHandle]] = deque()
         self._versions: dict[str, int] = {}  # per path: how many times it was forgotten (replaced)
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
     def _check_fork(self) -> None:
         if self._pid != os.getpid():  # the parent's descriptors are not ours to close
-            self._open, self._retired, self._pid = OrderedDict(), deque(), os.getpid()
+            self._open, self._pid = OrderedDict(), os.getpid()
 
-    def handle(self, owner: int, path: str) -> _FileHandle | None:
-        """``owner``'s open file at ``path`` (opened now if needed), or None when there is none."""
+    def open(self, owner: int, path: str) -> _FileHandle | None:
+        """``owner``'s file at ``path`` (opened now if needed), *acquired* for one read — give it back
+        with :meth:`release` — or None when there is no such file."""
         key = (owner, path)
         with self._lock:
             self._check_fork()
             h = self._open.get(key)
             if h is not None:
                 self._open.move_to_end(key)
+                h.users += 1
                 return h
             version = self._versions.get(path, 0)
         try:
@@ -108,18 +107,35 @@ class _FilePool:
             return None
         h = _FileHandle(fd)
         with self._lock:
+            h.users = 1
             if self._versions.get(path, 0) != version:
-                self._retire(h)  # replaced while we opened it (a writer thread): good for this read only
+                h.retired = True  # replaced while we opened it (a writer thread): good for this read only
                 return h
             kept = self._open.get(key)
             if kept is not None:  # another thread opened it meanwhile; nobody else has ours
                 os.close(fd)
+                kept.users += 1
                 return kept
             self._open[key] = h
             while len(self._open) > MAX_OPEN_FILES:
                 self._retire(self._open.popitem(last=False)[1])
-            self._sweep()
         return h
+
+    def acquire(self, h: _FileHandle) -> bool:
+        """Use ``h`` (a handle kept from an earlier :meth:`open`) for one more read: False when it was
+        retired meanwhile (open the file again)."""
+        with self._lock:
+            if h.retired:
+                return False
+            h.users += 1
+            return True
+
+    def release(self, h: _FileHandle) -> None:
+        """One read through ``h`` is done."""
+        with self._lock:
+            h.users -= 1
+            if h.retired and h.users == 0:
+                _close(h)
 
     def forget(self, path: str) -> None:
         """``path`` was replaced (by this process): every owner's descriptor of it (the old bytes)
@@ -130,7 +146,7 @@ class _FilePool:
             for key in [k for k in self._open if k[1] == path]:
                 self._retire(self._open.pop(key))
 
-    def release(self, owner: int | None = None, root: str | None = None) -> None:
+    def release_all(self, owner: int | None = None, root: str | None = None) -> None:
         """Retire the descriptors of ``owner`` (a reader going away), or of every owner under
         directory ``root`` (its store was closed)."""
         prefix = root.rstrip("/") + "/" if root is not None else None
@@ -141,22 +157,22 @@ class _FilePool:
                 self._retire(self._open.pop(key))
 
     def open_count(self) -> int:
-        """Descriptors held (open and retired): for tests and diagnostics."""
+        """Descriptors the pool holds open (for tests and diagnostics)."""
         with self._lock:
-            return len(self._open) + len(self._retired)
+            return len(self._open)
 
-    def _retire(self, h: _FileHandle) -> None:  # under self._lock
+    @staticmethod
+    def _retire(h: _FileHandle) -> None:  # under the pool's lock
         h.retired = True
-        self._retired.append((time.monotonic(), h))
-        self._sweep()
+        if h.users == 0:
+            _close(h)
 
-    def _sweep(self) -> None:  # under self._lock
-        now = time.monotonic()
-        while self._retired and (len(self._retired) > RETIRED_FDS or now - self._retired[0][0] > RETIRED_SECONDS):
-            try:
-                os.close(self._retired.popleft()[1].fd)
-            except OSError:  # pragma: no cover
-                pass
+
+def _close(h: _FileHandle) -> None:
+    try:
+        os.close(h.fd)
+    except OSError:  # pragma: no cover
+        pass
 
 
 FILES = _FilePool()
@@ -164,7 +180,11 @@ FILES = _FilePool()
 
 class _Fetcher:
     """Synchronous byte access to one store: whole objects and byte ranges (files through the
-    process-wide :data:`FILES` pool, a ``MemoryStore`` through its dict)."""
+    process-wide :data:`FILES` pool, a ``MemoryStore`` through its dict).
+
+    :meth:`handle` gives an *acquired* handle (a file handle, or a memory buffer); read through it
+    with :meth:`read_at` / :meth:`read_tail` / :meth:`size` and give it back with :meth:`done`;
+    :meth:`reuse` acquires a kept handle again (False: it was retired, fetch a new one)."""
 
     _owners = itertools.count()
 
@@ -181,13 +201,10 @@ class _Fetcher:
         else:
             raise TypeError("unsupported store")
 
-    def _fd(self, key: str) -> _FileHandle | None:
-        return FILES.handle(self._owner, f"{self.root}/{key}")
-
     def close(self) -> None:
-        """Let go of this reader's open files (retired: closed shortly, or when more are opened)."""
+        """Let go of this reader's open files (closed once no read uses them)."""
         if self.kind == "local":
-            FILES.release(owner=self._owner)
+            FILES.release_all(owner=self._owner)
 
     def __del__(self) -> None:
         try:
@@ -201,16 +218,32 @@ class _Fetcher:
             FILES.forget(f"{self.root}/{key}")
 
     def get(self, key: str) -> bytes | None:
+        """The whole object ``key``, or None when it is absent."""
         if self.kind == "local":
-            h = self._fd(key)
-            return None if h is None else os.pread(h.fd, os.fstat(h.fd).st_size, 0)
+            h = FILES.open(self._owner, f"{self.root}/{key}")
+            if h is None:
+                return None
+            try:
+                return os.pread(h.fd, os.fstat(h.fd).st_size, 0)
+            finally:
+                FILES.release(h)
         buf = self.mapping.get(key)
         return None if buf is None else buf.to_bytes()
 
     def handle(self, key: str) -> Any:
-        """One version of object ``key``: its descriptor (file) or buffer (memory); None if absent.
-        Reads through one handle see one version even while a writer replaces the object."""
-        return self._fd(key) if self.kind == "local" else self.mapping.get(key)
+        """One version of object ``key``, acquired (give it back with :meth:`done`): a file handle or
+        a memory buffer; None if absent.  Reads through one handle see one version even while a
+        writer replaces the object."""
+        return FILES.open(self._owner, f"{self.root}/{key}") if self.kind == "local" else self.mapping.get(key)
+
+    def reuse(self, handle: Any) -> bool:
+        """Acquire a kept :meth:`handle` for one more read; False when it was retired meanwhile."""
+        return FILES.acquire(handle) if self.kind == "local" else True
+
+    def done(self, handle: Any) -> None:
+        """A read through ``handle`` is finished."""
+        if self.kind == "local":
+            FILES.release(handle)
 
     def size(self, handle: Any) -> int:
         """Bytes in the object behind a :meth:`handle`."""
@@ -228,7 +261,6 @@ class _Fetcher:
         if self.kind == "local":
             return os.pread(handle.fd, stop - start, start)
         return handle.as_numpy_array()[start:stop].tobytes()
-
 
 
 class ChunkReader:
@@ -279,15 +311,18 @@ class ChunkReader:
         the shard does not exist."""
         entry = self._index_cache.get(shard_coords, False)
         if entry is not False and not (entry is not None and getattr(entry[0], "retired", False)):
-            return entry
+            return entry  # (a retired file's index is read again, through a new descriptor)
         sh = self._shard
         n = sh.index_size
         generation = self._generation
         handle = self._fetch.handle(self._key(shard_coords))
         entry = None
         if handle is not None:
-            raw = self._fetch.read_tail(handle, n) if sh.at_end else self._fetch.read_at(handle, 0, n)
-            entry = (handle, self._check_index(shard_coords, raw, self._fetch.size(handle)))
+            try:
+                raw = self._fetch.read_tail(handle, n) if sh.at_end else self._fetch.read_at(handle, 0, n)
+                entry = (handle, self._check_index(shard_coords, raw, self._fetch.size(handle)))
+            finally:
+                self._fetch.done(handle)
         with self._lock:
             if self._generation == generation:  # not replaced meanwhile by a write in another thread
                 self._index_cache[shard_coords] = entry
@@ -328,16 +363,27 @@ class ChunkReader:
             local = 0
             for c, p, stride in zip(coords, per, self._strides):
                 local += (c % p) * stride
-        entry = self._index_cache.get(shard_coords, False)
-        if entry is False or (entry is not None and getattr(entry[0], "retired", False)):
-            entry = self._shard_index(shard_coords)  # (again, when the pool retired its file)
-        if entry is None:
-            return None
-        handle, idx = entry
-        offset, nbytes = idx[local]
-        if offset == _EMPTY:
-            return None
-        return self._fetch.read_at(handle, offset, offset + nbytes)
+        for _ in range(8):  # a file retired between its index and its bytes is read again
+            entry = self._index_cache.get(shard_coords, False)
+            if entry is False or (entry is not None and getattr(entry[0], "retired", False)):
+                entry = self._shard_index(shard_coords)
+            if entry is None:
+                return None
+            handle, idx = entry
+            offset, nbytes = idx[local]
+            if offset == _EMPTY:
+                return None
+            if not self._fetch.reuse(handle):
+                with self._lock:
+                    if self._index_cache.get(shard_coords) is entry:
+                        del self._index_cache[shard_coords]
+                continue
+            try:
+                return self._fetch.read_at(handle, offset, offset + nbytes)
+            finally:
+                self._fetch.done(handle)
+        raise RuntimeError(f"{self._prefix.rstrip('/') or 'array'}: shard {shard_coords} keeps being replaced "
+                           "while it is read")
 
     def chunk(self, coords: tuple[int, ...]) -> np.ndarray:
         """The decoded chunk at grid ``coords`` (fill values when it was never written)."""

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import subprocess
@@ -19,19 +18,10 @@ import zarr
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
 from replaybuf_core.errors import CorruptStoreError, StoreLockedError
-from replaybuf_core.testing import make_episode
+from replaybuf_core.testing import make_episode, tree_digest
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    for d, _, files in sorted(os.walk(path)):
-        for f in sorted(files):
-            if f == ".replaybuf.lock":
-                continue
-            p = os.path.join(d, f)
-            h.update(p.encode())
-            h.update(open(p, "rb").read())
-    return h.hexdigest()
+_digest = tree_digest
 
 
 def _store(path: Path, lengths=(5, 6, 7)) -> Path:
@@ -354,3 +344,35 @@ def test_uncorrupted_store_verifies_clean_after_all_this(tmp_path):
         g = zarr.open_group(str(path), mode="r+")
         g["meta"].attrs["replaybuf_commit"] = {"n_episodes": 3, "n_steps": 999}
         ReplayBuffer.create_from_path(path)
+
+
+def test_the_descriptor_pool_never_closes_a_file_a_read_is_using(tmp_path, monkeypatch):
+    """With a pool of 4, threads reading 200 files through evictions always get each file's bytes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from replaybuf_zarr import chunk_reader
+
+    monkeypatch.setattr(chunk_reader, "MAX_OPEN_FILES", 4)
+    pool = chunk_reader._FilePool()
+    files = []
+    for i in range(200):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(bytes([i % 256]) * (100 + i))
+        files.append(str(p))
+
+    def read(i):
+        h = pool.open(0, files[i])
+        try:
+            data = os.pread(h.fd, 10_000, 0)
+        finally:
+            pool.release(h)
+        return data == bytes([i % 256]) * (100 + i)
+
+    with ThreadPoolExecutor(8) as ex:
+        assert all(ex.map(read, [i % 200 for i in range(4000)]))
+    assert pool.open_count() <= 4
+    h = pool.open(0, files[0])
+    pool.release_all(owner=0)  # retired while in use: still readable until released
+    assert h.retired and os.pread(h.fd, 1, 0) == b"\0"
+    pool.release(h)
+    assert pool.open_count() == 0

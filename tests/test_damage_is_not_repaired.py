@@ -3,8 +3,6 @@ issue 13.1): recovery undoes only what an interrupted write can leave."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,22 +13,12 @@ from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
 from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.recovery import COMMIT_RECORD, read_commit_record
-from replaybuf_core.testing import make_episode
+from replaybuf_core.testing import make_episode, tree_digest
 
 LENGTHS = (5, 6, 7, 4)
 
 
-def _digest(path: Path) -> str:
-    """Every file's bytes except the lock file: what 'nothing changed' means."""
-    h = hashlib.sha256()
-    for d, _, files in sorted(os.walk(path)):
-        for f in sorted(files):
-            if f == ".replaybuf.lock":
-                continue
-            p = os.path.join(d, f)
-            h.update(p.encode())
-            h.update(open(p, "rb").read())
-    return h.hexdigest()
+_digest = tree_digest
 
 
 def _store(tmp_path: Path, uncompressed_ends: bool) -> Path:

@@ -49,7 +49,7 @@ from .conformance import (
     StorageProtocolConformance,
     ValidateBeforeMutateConformance,
 )
-from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot
+from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot, tree_digest
 from .harness import BackendHarness
 from .stateful import make_state_machine, run_state_machine
 
@@ -70,6 +70,7 @@ __all__ = [
     "run_state_machine",
     "make_episode",
     "snapshot",
+    "tree_digest",
     "assert_buffer_equal",
     "assert_episode_equal",
 ]

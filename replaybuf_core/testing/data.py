@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,3 +82,20 @@ def assert_buffer_equal(actual: ReplayBuffer, expected: ReplayBuffer | list[Mapp
     assert actual.n_steps == sum(lengths)
     for i, ep in enumerate(episodes):
         assert_episode_equal(actual.get_episode(i, copy=True), ep)
+
+
+def tree_digest(path: str | os.PathLike, ignore: tuple[str, ...] = (".replaybuf.lock",)) -> str:
+    """SHA-256 over every file below ``path`` (relative names and bytes, in sorted order), leaving out
+    files named in ``ignore`` (the writer lock file by default): "nothing on disk changed" is
+    ``tree_digest(p)`` before == after."""
+    h = hashlib.sha256()
+    root = os.fspath(path)
+    for d, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if f in ignore:
+                continue
+            p = os.path.join(d, f)
+            h.update(os.path.relpath(p, root).encode())
+            with open(p, "rb") as fh:
+                h.update(fh.read())
+    return h.hexdigest()

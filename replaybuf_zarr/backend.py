@@ -501,7 +501,7 @@ class ZarrBackend:
         store = self._root.store
         local = _local_root(store)
         if local is not None:  # the fast reader's open chunk/shard files of this store
-            from .chunk_reader import FILES
+            from .file_pool import FILES
 
             FILES.release_all(root=str(store.root))
         if type(store).__name__ == "ZipStore":

@@ -21,8 +21,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
-from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -32,155 +30,16 @@ import zarr
 from replaybuf_core.errors import CorruptStoreError
 
 from .chunk_cache import ChunkCache
+from .file_pool import FILES
 from .layout import ChunkKeys, ShardLayout, chunk_layout
 from .spec_codecs import array_decoder, crc32c
 from .zarr_compat import memory_store_dict
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
-def _max_open_files() -> int:
-    """Open descriptors the pool keeps: well under the soft ``RLIMIT_NOFILE`` (1024 on many
-    systems), so sampling or verifying a store of thousands of chunk files never runs out."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft == resource.RLIM_INFINITY or soft <= 0:
-            soft = 1 << 16
-    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
-        soft = 1024
-    return max(8, min(512, soft // 4))
-
-
-#: at most this many chunk/shard files are kept open by all readers of this process together (the
-#: least recently used ones are closed; files in use by a read stay open until it is done)
-MAX_OPEN_FILES = _max_open_files()
-
-
-class _FileHandle:
-    """An open descriptor of one version of one stored object.  ``users``: reads under way through
-    it; ``retired``: dropped from the pool (evicted, replaced, released) — closed once no read uses
-    it, and never used for a new read (:meth:`_FilePool.acquire` says False)."""
-
-    __slots__ = ("fd", "users", "retired")
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.users = 0
-        self.retired = False
-
-
-class _FilePool:
-    """The process-wide LRU of open chunk/shard files (``os.pread`` needs no seek, so one descriptor
-    serves every thread).  Entries are keyed ``(owner, path)``: each reader (a :class:`_Fetcher`)
-    sees the files as they were when it first read them, and a reader made later opens them anew
-    (another process may have replaced them).  At most :data:`MAX_OPEN_FILES` are kept over all
-    owners.  A descriptor is closed only when no read uses it (a closed number is reused by the
-    next ``open``, and a read through it would see another file).  After a fork the child starts an
-    empty pool."""
-
-    def __init__(self) -> None:
-        self._open: OrderedDict[tuple[int, str], _FileHandle] = OrderedDict()
-        self._versions: dict[str, int] = {}  # per path: how many times it was forgotten (replaced)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-
-    def _check_fork(self) -> None:
-        if self._pid != os.getpid():  # the parent's descriptors are not ours to close
-            self._open, self._pid = OrderedDict(), os.getpid()
-
-    def open(self, owner: int, path: str) -> _FileHandle | None:
-        """``owner``'s file at ``path`` (opened now if needed), *acquired* for one read — give it back
-        with :meth:`release` — or None when there is no such file."""
-        key = (owner, path)
-        with self._lock:
-            self._check_fork()
-            h = self._open.get(key)
-            if h is not None:
-                self._open.move_to_end(key)
-                h.users += 1
-                return h
-            version = self._versions.get(path, 0)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        h = _FileHandle(fd)
-        with self._lock:
-            h.users = 1
-            if self._versions.get(path, 0) != version:
-                h.retired = True  # replaced while we opened it (a writer thread): good for this read only
-                return h
-            kept = self._open.get(key)
-            if kept is not None:  # another thread opened it meanwhile; nobody else has ours
-                os.close(fd)
-                kept.users += 1
-                return kept
-            self._open[key] = h
-            while len(self._open) > MAX_OPEN_FILES:
-                self._retire(self._open.popitem(last=False)[1])
-        return h
-
-    def acquire(self, h: _FileHandle) -> bool:
-        """Use ``h`` (a handle kept from an earlier :meth:`open`) for one more read: False when it was
-        retired meanwhile (open the file again)."""
-        with self._lock:
-            if h.retired:
-                return False
-            h.users += 1
-            return True
-
-    def release(self, h: _FileHandle) -> None:
-        """One read through ``h`` is done."""
-        with self._lock:
-            h.users -= 1
-            if h.retired and h.users == 0:
-                _close(h)
-
-    def forget(self, path: str) -> None:
-        """``path`` was replaced (by this process): every owner's descriptor of it (the old bytes)
-        is retired."""
-        with self._lock:
-            self._check_fork()
-            self._versions[path] = self._versions.get(path, 0) + 1  # an open under way keeps out
-            for key in [k for k in self._open if k[1] == path]:
-                self._retire(self._open.pop(key))
-
-    def release_all(self, owner: int | None = None, root: str | None = None) -> None:
-        """Retire the descriptors of ``owner`` (a reader going away), or of every owner under
-        directory ``root`` (its store was closed)."""
-        prefix = root.rstrip("/") + "/" if root is not None else None
-        with self._lock:
-            self._check_fork()
-            for key in [k for k in self._open
-                        if (owner is not None and k[0] == owner) or (prefix is not None and k[1].startswith(prefix))]:
-                self._retire(self._open.pop(key))
-
-    def open_count(self) -> int:
-        """Descriptors the pool holds open (for tests and diagnostics)."""
-        with self._lock:
-            return len(self._open)
-
-    @staticmethod
-    def _retire(h: _FileHandle) -> None:  # under the pool's lock
-        h.retired = True
-        if h.users == 0:
-            _close(h)
-
-
-def _close(h: _FileHandle) -> None:
-    try:
-        os.close(h.fd)
-    except OSError:  # pragma: no cover
-        pass
-
-
-FILES = _FilePool()
-
-
 class _Fetcher:
     """Synchronous byte access to one store: whole objects and byte ranges (files through the
-    process-wide :data:`FILES` pool, a ``MemoryStore`` through its dict).
+    process-wide :data:`~replaybuf_zarr.file_pool.FILES` pool, a ``MemoryStore`` through its dict).
 
     :meth:`handle` gives an *acquired* handle (a file handle, or a memory buffer); read through it
     with :meth:`read_at` / :meth:`read_tail` / :meth:`size` and give it back with :meth:`done`;

@@ -350,7 +350,7 @@ def test_the_descriptor_pool_never_closes_a_file_a_read_is_using(tmp_path, monke
     """With a pool of 4, threads reading 200 files through evictions always get each file's bytes."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from replaybuf_zarr import chunk_reader
+    from replaybuf_zarr import file_pool as chunk_reader
 
     monkeypatch.setattr(chunk_reader, "MAX_OPEN_FILES", 4)
     pool = chunk_reader._FilePool()

@@ -291,14 +291,31 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
     apply = (not store.read_only) if apply is None else bool(apply)
     if apply and store.read_only:
         raise ReadOnlyError("recover(apply=True) needs a writable store; open it writable")
-    rep = RecoveryReport(applied=apply)
     for group in GROUPS:
         if not store.has_group(group):
             raise CorruptStoreError(f"the store has no {group!r} group")
-    debris = getattr(store, "remove_debris", None)
-    if apply and callable(debris):  # half-deleted arrays would block a later rename to their name
-        for group in GROUPS:
-            rep.deleted.extend(f"{group}/{name} (debris)" for name in debris(group))
+    # first only look (nothing changes if the store turns out damaged), then repair
+    rep = _inspect(store, RecoveryReport(applied=False), apply=False)
+    if apply:
+        rep = RecoveryReport(applied=True)
+        debris = getattr(store, "remove_debris", None)
+        if callable(debris):  # half-deleted arrays would block a later rename to their name
+            for group in GROUPS:
+                rep.deleted.extend(f"{group}/{name} (debris)" for name in debris(group))
+        rep = _inspect(store, rep, apply=True)
+        ends, n = rep.episode_ends, rep.n_steps
+        if rep.dropped_commits:
+            store.resize("meta", EPISODE_ENDS, ends.size)
+        for key in rep.extra_rows:
+            store.resize("data", key, n)
+        if not rep.clean:
+            store.flush()
+    return rep
+
+
+def _inspect(store: StorageBackend, rep: RecoveryReport, apply: bool) -> RecoveryReport:
+    """Fill ``rep`` with what :func:`recover` finds (renaming rechunk swaps back when ``apply``);
+    raises CorruptStoreError for damage.  Returns ``rep`` with ``episode_ends`` set."""
     for group in GROUPS:
         _recover_swaps(store, group, rep, apply)
     if not store.has_array("meta", _stored(rep, "meta", EPISODE_ENDS)):
@@ -315,13 +332,6 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
         if rows > n:
             rep.extra_rows[key] = rows - n
     _check_not_damage(store, ends, rep)
-    if apply:
-        if rep.dropped_commits:
-            store.resize("meta", EPISODE_ENDS, ends.size)
-        for key in rep.extra_rows:
-            store.resize("data", key, n)
-        if not rep.clean:
-            store.flush()
     rep.episode_ends = ends
     return rep
 

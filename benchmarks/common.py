@@ -9,7 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PUSHT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "pusht_cchi_v7_replay.zarr"
+#: Push-T: ``shared/data`` beside the repository (CI's layout), else this workplace's /work/shared
+_CANDIDATES = (Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "pusht_cchi_v7_replay.zarr",
+               Path("/work/shared/data/pusht_cchi_v7_replay.zarr"))
+PUSHT = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
 
 
 def median_time(fn: Callable[[], object], repeats: int) -> float:

@@ -18,9 +18,9 @@ from . import index_bench, ingest_bench, sampling_bench
 from .common import PUSHT, Table
 
 
-def _small_source(dst: Path, n_episodes: int) -> Path:
-    """The first ``n_episodes`` of Push-T as a zarr v3 diffusion-policy store (float32 images)."""
-    src = zarr.open_group(PUSHT, mode="r")
+def _small_source(source: Path, dst: Path, n_episodes: int) -> Path:
+    """The first ``n_episodes`` of ``source`` as a zarr v3 diffusion-policy store (float32 images)."""
+    src = zarr.open_group(source, mode="r")
     ends = src["meta/episode_ends"][:n_episodes]
     n = int(ends[-1])
     out = zarr.open_group(dst, mode="w")
@@ -37,11 +37,14 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny data, seconds (what CI runs)")
     parser.add_argument("--source", type=Path, default=PUSHT, help="diffusion-policy store (default Push-T)")
     args = parser.parse_args(argv)
+    if not Path(args.source).is_dir():
+        parser.error(f"no diffusion-policy store at {args.source}: pass --source PATH (Push-T is "
+                     "shared/data/pusht_cchi_v7_replay.zarr beside the repository)")
     table = Table()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="replaybuf-bench-") as tmp:
         tmp = Path(tmp)
-        src = _small_source(tmp / "src.zarr", 6) if args.smoke else args.source
+        src = _small_source(args.source, tmp / "src.zarr", 6) if args.smoke else args.source
         dst = tmp / "imported.zarr"
         ingest_bench.run(table, src, dst, args.smoke)
         ingest_bench.disk(table, src, dst)

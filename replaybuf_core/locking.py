@@ -89,6 +89,15 @@ def _holder_pid(fd: int) -> str:
     return text or "unknown"
 
 
+def held_here(directory: str | os.PathLike) -> bool:
+    """True when this process holds the writer lock of the store in ``directory`` (a writable
+    ``ReplayBuffer`` on it is open here)."""
+    key = os.path.realpath(Path(directory) / LOCK_NAME)
+    with _mutex:
+        entry = _held.get(key)
+        return entry is not None and entry[2] == os.getpid()
+
+
 def acquire(directory: str | os.PathLike) -> StoreLock | None:
     """Take (or share, within this process) the writer lock of the store in ``directory``.
 

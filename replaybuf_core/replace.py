@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import locking
+from .errors import StoreLockedError
 
 
 def _sibling(path: Path, what: str) -> Path:
@@ -46,14 +47,21 @@ def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
     or with ``swap`` set False, the new one is removed and ``path`` is left alone.  An existing
     directory's writer lock is held from the start to the swap.
 
+    Leftover builds of dead processes beside ``path`` (a SIGKILL mid-build) are removed first.
+
     Raises:
-        StoreLockedError: another process holds ``path``'s writer lock (before anything is built).
+        StoreLockedError: another process holds ``path``'s writer lock, or this process has a
+            writable buffer open on it (before anything is built).
         ValueError: ``path`` is a URL (``scheme://...``): only local paths are replaced here.
     """
     text = os.fspath(path)
     if "://" in text:
         raise ValueError(f"{text} is a URL, not a local path; replacing it in place is not supported")
     path = Path(os.path.abspath(os.path.expanduser(text)))
+    if path.is_dir() and locking.held_here(path):
+        raise StoreLockedError(f"{path} is open for writing in this process (a writable ReplayBuffer on "
+                               "it): close that buffer before replacing the store under it")
+    _remove_stale_builds(path)
     lock = locking.acquire(path) if path.is_dir() else None
     beside = Beside(_sibling(path, "building"))
     try:
@@ -77,6 +85,24 @@ def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
     finally:
         if lock is not None:
             lock.release()
+
+
+def _remove_stale_builds(path: Path) -> None:
+    """Remove ``.<name>.building-<pid>-*`` siblings whose process is gone (a build killed by SIGKILL
+    or a power cut); a build of a live process is left alone."""
+    for p in path.parent.glob(f".{path.name}.building-*"):
+        try:
+            pid = int(p.name[len(f".{path.name}.building-"):].split("-")[0])
+        except ValueError:
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            _remove(p)
+        except PermissionError:  # another user's live process
+            pass
 
 
 def _remove(path: Path) -> None:

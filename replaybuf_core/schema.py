@@ -14,6 +14,8 @@ from .buffer import _check_key
 from .chunks import check_chunks_compatible
 
 SPEC_FIELDS = ("shape", "chunks", "dtype", "needs_compressor")
+#: largest chunk a spec may ask for (bytes)
+MAX_CHUNK_BYTES = 2**31 - 1
 
 
 #: Channel counts of a camera frame (gray, RGB, RGBA) — what an image codec stores as pixels.
@@ -57,8 +59,8 @@ def normalize_array_spec(key: str, spec: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises:
         KeyError: a field is missing (names key and field).
-        ValueError: shape does not start with 0, or chunks invalid for the shape.
-        TypeError: non-integral chunks, or a dtype NumPy does not know.
+        ValueError: shape does not start with 0, chunks invalid for the shape, or a chunk over 2 GiB.
+        TypeError: non-integral chunks, a dtype NumPy does not know, ``needs_compressor`` not a bool.
     """
     missing = [f for f in SPEC_FIELDS if f not in spec]
     if missing:
@@ -75,7 +77,16 @@ def normalize_array_spec(key: str, spec: Mapping[str, Any]) -> dict[str, Any]:
             dtype = np.dtype(spec["dtype"])
         except TypeError as exc:
             raise TypeError(f"array spec {key!r}: bad dtype {spec['dtype']!r}: {exc}") from None
-    return {"shape": shape, "chunks": tuple(int(c) for c in chunks), "dtype": dtype,
+    if not isinstance(spec["needs_compressor"], (bool, np.bool_)):
+        raise TypeError(f"array spec {key!r}: needs_compressor must be True or False, got "
+                        f"{spec['needs_compressor']!r}")
+    chunks = tuple(int(c) for c in chunks)
+    item = 64 if dtype == object else dtype.itemsize
+    chunk_bytes = item * int(np.prod(chunks, dtype=object))
+    if chunk_bytes > MAX_CHUNK_BYTES:
+        raise ValueError(f"array spec {key!r}: chunks {chunks} hold {chunk_bytes:,} bytes; a chunk may hold "
+                         f"at most {MAX_CHUNK_BYTES:,} (2 GiB: Blosc's limit, and it is read whole)")
+    return {"shape": shape, "chunks": chunks, "dtype": dtype,
             "needs_compressor": bool(spec["needs_compressor"])}
 
 

@@ -132,6 +132,7 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 if zero.size:
                     note("meta/episode_ends", f"{zero.size} zero-length episode(s), first: episode {int(zero[0])}")
     n_steps = int(ends[-1]) if ends is not None and ends.size else 0
+    damaged = False
     if ends is not None and not any(p.level == "error" for p in problems):
         # what recovery would refuse to repair (damage that looks like an interrupted write)
         from .errors import CorruptStoreError
@@ -141,6 +142,7 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
             recover(store, apply=False)
         except CorruptStoreError as exc:
             err("meta/episode_ends", str(exc))
+            damaged = True
     checker = getattr(store, "check_chunks", None)
     for group in ("data", "meta"):
         for name in store.list_arrays(group):
@@ -168,6 +170,10 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 for msg in found:
                     err(where, msg)
             _scan(store, group, name, shape, ends, err, note)
+    if damaged:  # nothing is trimmed or dropped on a damaged store: say so instead of the usual notes
+        problems[:] = [p for p in problems if not (p.level == "note" and "interrupted" in p.message)]
+        note("meta/episode_ends", "rows past episode_ends[-1] and trailing fill values are kept as they are: "
+                                  "recovery does not repair damage (writable opens and --repair refuse it)")
     return problems
 
 

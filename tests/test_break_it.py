@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -376,3 +377,75 @@ def test_the_descriptor_pool_never_closes_a_file_a_read_is_using(tmp_path, monke
     assert h.retired and os.pread(h.fd, 1, 0) == b"\0"
     pool.release(h)
     assert pool.open_count() == 0
+
+
+# ------------------------------------------------- found by a new-user trial after the fixes above
+def test_replacing_a_store_this_process_has_open_for_writing_is_refused(tmp_path):
+    path = _store(tmp_path / "s.zarr")
+    before = _digest(path)
+    held = ReplayBuffer(str(path))  # a live writable handle in this very process
+    other = ReplayBuffer.create_empty_numpy()
+    other.add_episode(make_episode(3, 9))
+    with pytest.raises(StoreLockedError, match="open for writing in this process"):
+        other.save_to_path(path)
+    held.add_episode(make_episode(2, 4))
+    held.close()
+    assert ReplayBuffer.create_from_path(path).n_episodes == 4
+    assert _digest(path) != before  # the handle's own append landed; nothing else touched it
+
+
+def test_a_terminated_import_leaves_nothing_and_a_killed_one_is_cleaned_up_later(tmp_path):
+    import signal
+
+    g = zarr.open_group(str(tmp_path / "dp.zarr"), mode="w", zarr_format=2)
+    g.create_array("data/img", data=np.random.default_rng(0).integers(0, 255, (3000, 32, 32, 3)).astype("f4"),
+                   chunks=(100, 32, 32, 3))
+    g.create_array("meta/episode_ends", data=np.arange(100, 3001, 100, dtype="i8"))
+    cmd = [sys.executable, "-m", "replaybuf_core.cli", "import", "diffusion-policy", str(tmp_path / "dp.zarr"),
+           str(tmp_path / "out.zarr"), "--no-progress"]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".out.zarr.building-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.05)  # the build has started (3,000 frames to encode and check)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        left = list(tmp_path.glob(".out.zarr.building-*"))
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 143 and "terminated" in err, err[-500:]
+            assert not left and not (tmp_path / "out.zarr").exists()
+        else:
+            assert left, "a SIGKILL cannot clean up"
+    assert main(["import", "diffusion-policy", str(tmp_path / "dp.zarr"), str(tmp_path / "out.zarr"),
+                 "--no-progress"]) == 0
+    assert not list(tmp_path.glob(".out.zarr.building-*")), "the dead build was removed"
+
+
+@pytest.mark.parametrize("key", ["zarr.json", ".zarray", ".zgroup", ".zattrs", "k" * 241])
+def test_keys_that_are_store_file_names_or_too_long_are_rejected(key):
+    rb = ReplayBuffer.create_empty("zarr")
+    with pytest.raises(ValueError, match="reserved|bytes long"):
+        rb.add_episode({key: np.zeros(3), "obs": np.zeros(3)})
+    assert rb.keys() == [] and rb.n_episodes == 0
+
+
+@pytest.mark.parametrize("spec, exc, match", [
+    ({"shape": (0, 2), "chunks": (10**12, 2), "dtype": "f4", "needs_compressor": True}, ValueError, "2 GiB"),
+    ({"shape": (0, 2), "chunks": (10, 2), "dtype": "f4", "needs_compressor": "no"}, TypeError, "True or False"),
+])
+def test_schema_specs_that_cannot_work_are_refused_before_anything_is_written(tmp_path, spec, exc, match):
+    from replaybuf_core.schema import DatasetSchema
+
+    with pytest.raises(exc, match=match):
+        DatasetSchema(tmp_path / "x.zarr", {"x": spec})
+    assert not (tmp_path / "x.zarr").exists()
+
+
+def test_verify_does_not_promise_repairs_it_refuses(tmp_path, capsys):
+    path = _store(tmp_path / "s.zarr")
+    (path / "meta" / "episode_ends" / "c" / "0").unlink()
+    assert main(["verify", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "trimmed on writable ones" not in out and "dropped on writable ones" not in out
+    assert "recovery does not repair damage" in out

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 from .. import registry
 from . import backends_cmd, info_cmd, verify_cmd, view_cmd
@@ -29,6 +32,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a cluster's preemption, ``kill``), raised like Ctrl-C so that what a command was
+    building beside its output is removed and committed episodes are kept."""
+
+
+def _terminate_like_ctrl_c() -> Any:
+    """Turn SIGTERM into :class:`_Terminated` while the command runs (main thread only); returns the
+    previous handler (restored by the caller) or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, on_term)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 success, 1 a failed check, 2 bad usage or input)."""
     parser = build_parser()
@@ -38,8 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = _terminate_like_ctrl_c()
     try:
         return int(args.func(args) or 0)
+    except _Terminated:
+        print(f"replaybuf {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"replaybuf {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -49,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, RuntimeError) as exc:
         print(f"replaybuf {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

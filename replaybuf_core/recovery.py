@@ -294,14 +294,15 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
     for group in GROUPS:
         if not store.has_group(group):
             raise CorruptStoreError(f"the store has no {group!r} group")
-    # first only look (nothing changes if the store turns out damaged), then repair
+    debris: list[str] = []
+    remove_debris = getattr(store, "remove_debris", None)
+    if apply and callable(remove_debris):  # never data: half-deleted array directories, partial files
+        for group in GROUPS:  # (they would block a later rename to their name)
+            debris.extend(f"{group}/{name} (debris)" for name in remove_debris(group))
+    # first only look (nothing else changes if the store turns out damaged), then repair
     rep = _inspect(store, RecoveryReport(applied=False), apply=False)
     if apply:
-        rep = RecoveryReport(applied=True)
-        debris = getattr(store, "remove_debris", None)
-        if callable(debris):  # half-deleted arrays would block a later rename to their name
-            for group in GROUPS:
-                rep.deleted.extend(f"{group}/{name} (debris)" for name in debris(group))
+        rep = RecoveryReport(applied=True, deleted=debris)
         rep = _inspect(store, rep, apply=True)
         ends, n = rep.episode_ends, rep.n_steps
         if rep.dropped_commits:

@@ -40,8 +40,8 @@ from . import locking
 from .errors import CapabilityError, EmptyBufferError, ReadOnlyError
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend, read_rows_via_ranges
 from .recovered_view import RecoveredView
-from .replace import build_beside, holding_lock
 from .recovery import COMMIT_RECORD, RecoveryReport, is_temp_name, recover, temp_names, write_commit_record
+from .replace import build_beside, holding_lock
 from .writer import EpisodeWriter
 
 logger = logging.getLogger(__name__)
@@ -764,7 +764,8 @@ class ReplayBuffer:
 
     @_serialized
     def drop_episode(self) -> None:
-        """Remove the last episode.  Commit: ``episode_ends`` first, then the data rows.
+        """Remove the last episode.  Order: the commit record, then ``episode_ends``, then the data
+        rows, each made durable (``persist``) before the next, so a kill leaves the episode or not.
 
         Raises:
             EmptyBufferError (a ValueError and an IndexError): the buffer is empty.

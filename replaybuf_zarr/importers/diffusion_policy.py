@@ -335,7 +335,7 @@ def import_diffusion_policy(
     if dst_path.exists() and (not overwrite or not ((dst_path / "zarr.json").exists()
                                                     or (dst_path / ".zgroup").exists())):
         raise FileExistsError(f"{dst_path} already exists"
-                              + ("; pass overwrite=True (--overwrite) to replace it" if not overwrite else
+                              + ("; pass overwrite=True (CLI: --overwrite) to replace it" if not overwrite else
                                  " and is not a zarr store; refusing to replace it"))
     src_store = registry.open_backend(os.fspath(src_path), backend="zarr", read_only=True)
     _no_cache(src_store)

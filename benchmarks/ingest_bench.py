@@ -33,7 +33,7 @@ from .common import Table, dir_bytes
 # parent across exec, and the parent holds every decoded frame while timing the encode floor.
 _CHILD = """
 import json, sys, time
-from replaybuf_zarr.importers.diffusion_policy import import_diffusion_policy
+from replaybuf_core.formats.diffusion_policy import import_diffusion_policy
 t = time.perf_counter()
 report = import_diffusion_policy(sys.argv[1], sys.argv[2], progress=False, overwrite=True)
 dt = time.perf_counter() - t

@@ -30,6 +30,10 @@ class BackendNotFoundError(ReplayBufferError, ValueError):
     """No installed backend has the requested name or can open the object handed in."""
 
 
+class FormatNotFoundError(ReplayBufferError, ValueError):
+    """No installed import format has the requested name or recognises the source handed in."""
+
+
 class StoreLockedError(ReplayBufferError, RuntimeError):
     """Another process holds the store's writer lock."""
 

@@ -1,4 +1,4 @@
-"""pluggy hook specifications of the ``replaybuf`` project: the one extension point for backends.
+"""pluggy hook specifications of the ``replaybuf`` project: backends, import formats and CLI commands.
 
 A backend package exposes a module with a ``@hookimpl``-decorated ``replaybuf_backends`` function
 and names that module in its ``[project.entry-points.replaybuf]`` table, e.g.::
@@ -24,6 +24,16 @@ def replaybuf_backends() -> list[type]:
     Each is a subclass of :class:`replaybuf_core.protocol.BackendEntrypoint` with a unique ``name``.
     The hook is called once per process (the registry caches it); it must be cheap and must not
     open any store.
+    """
+
+
+@hookspec
+def replaybuf_formats() -> list[type]:
+    """Return the import-format entry-point classes this plugin provides (``replaybuf import``).
+
+    Each is a subclass of :class:`replaybuf_core.importing.source.FormatEntrypoint` with a unique
+    ``name``.  Called once per process; it must be cheap: import a format's readers (pyarrow, PyAV,
+    h5py) only when it opens a source.
     """
 
 

@@ -17,6 +17,9 @@ Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
 Optional methods, called only when present (``getattr(store, name, None)``):
 
 ``accepts_codec(codec) -> bool``      copies fall back to the "default" preset when False
+``image_codec(lossy_quality=None)``   the serializer for camera frames (zarr: WebP; lossless when
+                                      ``lossy_quality`` is None); absent: frames get the "default"
+                                      preset (the import pipeline asks for it)
 ``codecs_equal(a, b) -> bool``        ``set_compressors`` skips arrays already using the codec
 ``cache_bytes`` (property, settable)  size of a cache of decoded chunks (``ReplayBuffer.cache_bytes``)
 ``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)

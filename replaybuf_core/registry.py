@@ -20,13 +20,14 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import BackendNotFoundError
+from .errors import BackendNotFoundError, FormatNotFoundError
+from .importing.source import FormatEntrypoint
 from .protocol import BackendEntrypoint, KNOWN_CAPABILITIES
 
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "replaybuf"
-_BUILTIN_ORDER = ("numpy", "zarr")
+_BUILTIN_ORDER = ("numpy", "zarr", "formats")
 
 
 @dataclass(frozen=True)
@@ -81,45 +82,56 @@ def get_plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
-@functools.cache
-def _backends() -> dict[str, BackendInfo]:
+def _collect(hook_name: str, base: type, what: str) -> dict[str, tuple[Any, str, str | None, str | None]]:
+    """name → (entry-point object, plugin, distribution, version) of every class the ``hook_name``
+    hook of the loaded plugins returns that is a named ``base``; broken plugins and duplicate names
+    warn (the first loaded wins)."""
     pm = get_plugin_manager()
-    found: dict[str, BackendInfo] = {}
+    found: dict[str, tuple[Any, str, str | None, str | None]] = {}
     # get_hookimpls() lists implementations in registration order (built-ins first)
-    for impl in pm.hook.replaybuf_backends.get_hookimpls():
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
         try:
             classes = impl.function()
         except Exception as exc:
             warnings.warn(
-                f"replaybuf plugin {impl.plugin_name!r} raised in replaybuf_backends() and is "
+                f"replaybuf plugin {impl.plugin_name!r} raised in {hook_name}() and is "
                 f"skipped: {type(exc).__name__}: {exc}",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
             continue
         dist_name, dist_version = _dist_of_plugin.get(impl.plugin_name, (None, None))
         for cls in classes or ():
             entry = cls() if isinstance(cls, type) else cls
-            if not isinstance(entry, BackendEntrypoint) or not entry.name:
+            if not isinstance(entry, base) or not entry.name:
                 warnings.warn(
                     f"replaybuf plugin {impl.plugin_name!r} returned {cls!r}, which is not a named "
-                    "BackendEntrypoint; skipped",
+                    f"{base.__name__}; skipped",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
                 continue
-            unknown = set(entry.capabilities) - KNOWN_CAPABILITIES
-            if unknown:
-                logger.debug("backend %s declares unknown capabilities %s", entry.name, sorted(unknown))
             if entry.name in found:
                 warnings.warn(
-                    f"two replaybuf backends are named {entry.name!r} (plugins "
-                    f"{found[entry.name].plugin!r} and {impl.plugin_name!r}); using the first",
+                    f"two replaybuf {what}s are named {entry.name!r} (plugins "
+                    f"{found[entry.name][1]!r} and {impl.plugin_name!r}); using the first",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
                 continue
-            found[entry.name] = BackendInfo(entry.name, entry, impl.plugin_name, dist_name, dist_version)
+            found[entry.name] = (entry, impl.plugin_name, dist_name, dist_version)
+    return found
+
+
+@functools.cache
+def _backends() -> dict[str, BackendInfo]:
+    found: dict[str, BackendInfo] = {}
+    for name, (entry, plugin, dist_name, dist_version) in _collect("replaybuf_backends", BackendEntrypoint,
+                                                                    "backend").items():
+        unknown = set(entry.capabilities) - KNOWN_CAPABILITIES
+        if unknown:
+            logger.debug("backend %s declares unknown capabilities %s", name, sorted(unknown))
+        found[name] = BackendInfo(name, entry, plugin, dist_name, dist_version)
     return found
 
 
@@ -129,8 +141,9 @@ def list_backends() -> dict[str, BackendInfo]:
 
 
 def reload_backends() -> None:
-    """Forget the cached plugin manager and backends (tests; after installing a plugin in-process)."""
+    """Forget the cached plugin manager, backends and formats (tests; after installing a plugin in-process)."""
     _backends.cache_clear()
+    _formats.cache_clear()
     get_plugin_manager.cache_clear()
     _dist_of_plugin.clear()
 
@@ -191,3 +204,79 @@ def open_backend(obj: Any, *, backend: str | None = None, read_only: bool = Fals
         return obj
     entry = get_backend(backend) if backend is not None else guess_backend(obj)
     return entry.open(obj, read_only=read_only)
+
+
+# ------------------------------------------------------------------------------------------ formats
+@dataclass(frozen=True)
+class FormatInfo:
+    """One installed source format (``replaybuf import``): its name, entry point and origin."""
+
+    name: str
+    entrypoint: FormatEntrypoint
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+    @property
+    def description(self) -> str:
+        return self.entrypoint.description
+
+
+@functools.cache
+def _formats() -> dict[str, FormatInfo]:
+    return {name: FormatInfo(name, *rest)
+            for name, rest in _collect("replaybuf_formats", FormatEntrypoint, "format").items()}
+
+
+def list_formats() -> dict[str, FormatInfo]:
+    """Installed source formats by name (cached per process), built-ins first."""
+    return dict(_formats())
+
+
+def _formats_text() -> str:
+    names = ", ".join(sorted(_formats())) or "none"
+    return (f"installed formats: {names} (`replaybuf formats` describes them); formats come from the "
+            "'replaybuf' entry-point group's replaybuf_formats hook")
+
+
+def get_format(name: str) -> FormatEntrypoint:
+    """The entry point of the source format called ``name``.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        FormatNotFoundError: no installed format has that name (the message lists those installed).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"format name must be a str, got {type(name).__name__} {name!r}")
+    try:
+        return _formats()[name].entrypoint
+    except KeyError:
+        raise FormatNotFoundError(f"no replaybuf import format named {name!r}; {_formats_text()}") from None
+
+
+def guess_format(path: str | os.PathLike) -> FormatEntrypoint:
+    """The first installed format whose ``guess_can_open(path)`` is true.
+
+    Raises:
+        FileNotFoundError: nothing exists at ``path``.
+        FormatNotFoundError: no format claims it (the message lists the installed formats and what
+            each needs installed).
+    """
+    p = os.path.expanduser(os.fspath(path))
+    if "://" in p:
+        raise FormatNotFoundError(f"{p}: URLs are not import sources yet (only local files and directories); "
+                                  f"{_formats_text()}")
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"{p}: no such file or directory")
+    for info in _formats().values():
+        try:
+            if info.entrypoint.guess_can_open(p):
+                return info.entrypoint
+        except Exception as exc:  # a buggy guess must not hide the other formats
+            logger.warning("format %s raised in guess_can_open: %s", info.name, exc)
+    needs = "; ".join(f"{i.name}: {i.description}" + (f" (needs `pip install replaybuf[{i.entrypoint.requires}]`)"
+                                                      if i.entrypoint.requires else "")
+                      for i in _formats().values())
+    raise FormatNotFoundError(f"{p}: no installed import format recognises it; name the format "
+                              f"(`replaybuf import FORMAT SRC DST`) or install one. {_formats_text()}. "
+                              f"Formats: {needs}")

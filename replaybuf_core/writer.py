@@ -78,6 +78,7 @@ class EpisodeWriter:
         self._ends: list[int] = []  # staged (uncommitted) episode ends
         self._staged_bytes = 0
         self._closed = False
+        self._open_rows = 0  # rows staged by add_steps for the episode end_episode will close
         self._durable: dict[str, int] = {}  # rows known to be stored per key
         self._inflight: deque = deque()  # (futures, rows written per key once they are done)
         self._failed: BaseException | None = None
@@ -102,7 +103,48 @@ class EpisodeWriter:
             with deferred_sigint():
                 self._add_episode(data)
 
-    def _add_episode(self, data: Mapping[str, Any]) -> None:
+    def add_steps(self, data: Mapping[str, Any], copy: bool = True) -> None:
+        """Stage the next steps (key → array (n, ...), n >= 1) of an episode that :meth:`end_episode`
+        closes: an episode too long to hold in memory (minutes of 480×640 frames) streams in parts.
+        Validated like an episode (every key, equal lengths, matching step shapes and dtypes); the
+        rows are written as their stored objects fill, but committed only with the episode.
+        ``copy=False``: the writer may keep the arrays handed in (the caller promises not to change
+        them), which saves a copy of every staged row (the importer streams this way)."""
+        with self._mutex:
+            if self._closed:
+                raise RuntimeError("this EpisodeWriter is closed")
+            self._check_not_failed()
+            with deferred_sigint():
+                self._add_episode(data, end=False, copy=copy)
+
+    def end_episode(self) -> None:
+        """Close the episode whose parts :meth:`add_steps` staged (it commits like an added episode).
+
+        Raises:
+            ValueError: no steps were staged since the last episode ended.
+        """
+        with self._mutex:
+            self._check_not_failed()
+            if self._open_rows == 0:
+                raise ValueError("end_episode: no steps were added since the last episode ended "
+                                 "(a zero-length episode holds no steps and is rejected)")
+            with deferred_sigint():
+                end = (self._ends[-1] if self._ends else self._rb.n_steps) + self._open_rows
+                self._open_rows = 0
+                self._ends.append(end)
+                self._write(aligned=self._staged_bytes < self._max_staged)
+
+    def stored_rows(self) -> dict[str, int]:
+        """key → rows of the data array already on storage (written and, for background writes,
+        finished), committed or not: an importer may read them back and check them before the
+        episode commits.  Empty before the first episode."""
+        with self._mutex:
+            return dict(self._durable)
+
+    def _add_episode(self, data: Mapping[str, Any], end: bool = True, copy: bool = True) -> None:
+        if end and self._open_rows:
+            raise ValueError("add_episode: an episode begun with add_steps is still open; call "
+                             "end_episode() first")
         rb = self._rb
         if not self._written and not rb.keys():
             # the first episode of an empty buffer creates the arrays (through the buffer's rules)
@@ -114,12 +156,14 @@ class EpisodeWriter:
         if not self._written:
             self._start()
         for key, arr in arrays.items():
-            if np.may_share_memory(arr, data[key]):  # the caller may refill its array for the next episode
+            if copy and np.may_share_memory(arr, data[key]):  # the caller may refill its array for the next episode
                 arr = arr.copy()
             self._pending[key].append(arr)
             self._staged_bytes += arr.nbytes if arr.dtype != object else 64 * arr.size
-        end = (self._ends[-1] if self._ends else rb.n_steps) + length
-        self._ends.append(end)
+        if not end:
+            self._open_rows += length
+        else:
+            self._ends.append((self._ends[-1] if self._ends else rb.n_steps) + length)
         self._write(aligned=self._staged_bytes < self._max_staged)
 
     def flush(self) -> None:
@@ -139,6 +183,8 @@ class EpisodeWriter:
                 self._closed = True
                 try:
                     self.flush()
+                    if self._open_rows:  # an episode begun with add_steps and never ended
+                        self._trim_uncommitted()
                 except BaseException:
                     self._trim_uncommitted()
                     raise
@@ -160,6 +206,8 @@ class EpisodeWriter:
             self._closed = True
             try:  # keep every complete episode the caller handed over
                 self.flush()
+                if self._open_rows:
+                    self._trim_uncommitted()
             except BaseException:
                 self._trim_uncommitted()
             finally:
@@ -288,3 +336,4 @@ class EpisodeWriter:
                 rb.store.resize("data", key, n)
         self._pending.clear()
         self._ends.clear()
+        self._open_rows = 0

@@ -261,6 +261,16 @@ class ZarrBackend:
             return False
         return True
 
+    def image_codec(self, lossy_quality: int | None = None) -> Any:
+        """The serializer for camera frames (uint8 ``(1, H, W, C)`` chunks): WebP, lossless at
+        :data:`~replaybuf_zarr.codecs.webp.LOSSLESS_LEVEL` effort, or lossy at ``lossy_quality``."""
+        from .codecs import WebPCodec
+        from .codecs.webp import LOSSLESS_LEVEL
+
+        if lossy_quality is None:
+            return WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
+        return WebPCodec(level=int(lossy_quality), lossless=False)
+
     def shape(self, group, name):
         return tuple(self.get_array(group, name).shape)
 

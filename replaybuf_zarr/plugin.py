@@ -13,9 +13,7 @@ def replaybuf_backends():
 
 @hookimpl
 def replaybuf_register_commands(subparsers):
-    """Hook: the CLI commands that need zarr (``synth``, ``import``)."""
+    """Hook: the CLI command that needs zarr (``synth``)."""
     from .cli_commands import register_synth
-    from .importers.cli import register_import
 
     register_synth(subparsers)
-    register_import(subparsers)

@@ -162,14 +162,15 @@ def test_thousands_of_chunk_files_under_a_low_descriptor_limit(tmp_path):
 
 
 def test_a_failed_import_removes_what_it_built(tmp_path, monkeypatch):
-    from replaybuf_zarr.importers import diffusion_policy as dp
+    from replaybuf_core.formats import diffusion_policy as dp
+    from replaybuf_core.importing.check import Checker
 
     g = zarr.open_group(str(tmp_path / "dp.zarr"), mode="w", zarr_format=2)
     g.create_array("data/x", data=np.arange(40, dtype="f4").reshape(20, 2), chunks=(2, 2))
     g.create_array("meta/episode_ends", data=np.arange(2, 21, 2, dtype="i8"))
 
     calls = {"n": 0}
-    real = dp._Checker.stage
+    real = Checker.stage
 
     def failing_stage(self, *args):
         calls["n"] += 1
@@ -177,7 +178,7 @@ def test_a_failed_import_removes_what_it_built(tmp_path, monkeypatch):
             raise OSError(24, "Too many open files")
         return real(self, *args)
 
-    monkeypatch.setattr(dp._Checker, "stage", failing_stage)
+    monkeypatch.setattr(Checker, "stage", failing_stage)
     with pytest.raises(OSError, match="Too many open files"):
         dp.import_diffusion_policy(tmp_path / "dp.zarr", tmp_path / "out.zarr", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.zarr"]

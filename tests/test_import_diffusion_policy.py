@@ -216,7 +216,7 @@ def test_bad_inputs_change_nothing(tmp_path):
 
 @pytest.mark.parametrize("bad", [np.nan, -0.0, 0.5, 256.0, -1.0, np.inf])
 def test_uint8_proof_rejects_every_lossy_value(bad):
-    from replaybuf_zarr.importers.uint8_exact import as_uint8_if_lossless
+    from replaybuf_core.importing.uint8_exact import as_uint8_if_lossless
 
     x = np.arange(5 * 4 * 4 * 3, dtype="f4").reshape(5, 4, 4, 3) % 256
     u, row = as_uint8_if_lossless(x)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from replaybuf_zarr.importers import uint8_exact
-from replaybuf_zarr.importers.uint8_exact import as_uint8_if_lossless
+from replaybuf_core.importing import uint8_exact
+from replaybuf_core.importing.uint8_exact import as_uint8_if_lossless
 
 DTYPES = ["<f4", ">f4", "<f8", "<f2", "i1", "<i2", "<u2", "<i8", "<u8"]
 

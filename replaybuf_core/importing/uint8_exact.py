@@ -57,3 +57,13 @@ def as_uint8_if_lossless(x: np.ndarray, out: np.ndarray | None = None) -> tuple[
             if differs[:m].any():
                 return None, (s + int(np.argmax(differs[:m]))) // row_size
     return out.reshape(x.shape), -1
+
+
+def first_bad_value(x: np.ndarray):
+    """The first element of ``x`` (one row) that is not exactly a uint8 value, as a Python scalar
+    (None when there is none): what an import's message shows."""
+    r = np.ascontiguousarray(x).ravel()
+    with np.errstate(invalid="ignore", over="ignore"):
+        back = r.astype(np.uint8).astype(r.dtype)
+    bad = np.flatnonzero((back.view(np.uint8).reshape(len(r), -1) != r.view(np.uint8).reshape(len(r), -1)).any(axis=1))
+    return r[bad[0]].item() if bad.size else None

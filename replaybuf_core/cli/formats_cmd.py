@@ -1,0 +1,42 @@
+"""``replaybuf formats``: list installed import formats, where they come from and what they need."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from .. import registry
+
+#: what each extra's readers are (to say whether a format can run here)
+_EXTRA_MODULES = {"lerobot": ("pyarrow", "av"), "hdf5": ("h5py",)}
+
+
+def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
+    p = sub.add_parser("formats", help="list installed import formats (replaybuf import FORMAT ...)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def _ready(extra: str | None) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in _EXTRA_MODULES.get(extra or "", ()))
+
+
+def run(args) -> int:
+    """Print the formats; returns 0."""
+    rows = [
+        {"name": info.name, "distribution": info.distribution, "version": info.version,
+         "description": info.description, "extra": info.entrypoint.requires,
+         "ready": _ready(info.entrypoint.requires)}
+        for info in registry.list_formats().values()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max([16] + [len(r["name"]) for r in rows])
+    print(f"{'format':<{width}} {'distribution':<16} {'ready':<6} description")
+    for r in rows:
+        ready = "yes" if r["ready"] else "no"
+        need = "" if r["ready"] else f"  (pip install 'replaybuf[{r['extra']}]')"
+        print(f"{r['name']:<{width}} {str(r['distribution']):<16} {ready:<6} {r['description']}{need}")
+    return 0

@@ -1,0 +1,300 @@
+"""A LeRobot dataset (v2.0, v2.1, v3.0) as an import :class:`~replaybuf_core.importing.source.Source`.
+
+Keys: every parquet row column under its LeRobot name (``observation.state``, ``action``,
+``next.reward``, ``timestamp``, ``frame_index``, ``episode_index``, ``index``, ``task_index``...), in
+its arrow type, plus one key per camera (``video`` features: ``(H, W, 3)`` uint8 frames; depth maps:
+``(H, W, 1)`` uint16) and per ``image`` feature (PNG bytes in the parquet, decoded exactly).
+Attributes: ``codebase_version``, ``robot_type``, ``fps``, the whole ``info.json``, the tasks and
+``stats.json``; per episode its LeRobot ``episode_index``, ``tasks``, statistics and files.
+
+How frames are matched to rows: :mod:`.video`.  What is refused or needs an option (each named in
+the message): files missing or not where the path templates say (``find_moved_files``), some
+episodes' videos missing or with null video indices (``skip_episodes_without_video``, or
+``skip_cameras``), row timestamps offset from the video (``align_video_start``).  A camera declared in
+``info.json`` with no video file for any episode is left out, and the report says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...importing.source import KeySpec, Source
+from .columns import arrow_step, column_array, decode_image
+from .layout import Locator, read_info, read_stats, read_tasks, read_v2_episodes, read_v3_episodes, require_pyarrow
+from .video import VideoReader, require_av
+
+#: LeRobot's default tolerance (s) between a frame's time and its row's time.
+DEFAULT_TOLERANCE_S = 1e-4
+
+
+class LeRobotSource(Source):
+    """An opened LeRobot dataset (see the module docstring).
+
+    Args:
+        path: the dataset's root directory (holding ``meta/info.json``).
+        tolerance_s: how far (s) a frame may sit from its row's time (default 1e-4, LeRobot's).
+        align_video_start: give each episode's first row the episode's first frame (time 0 of its
+            v2 video, ``from_timestamp`` in v3) and check the other rows relative to it — for
+            datasets whose row timestamps do not start at the video's (GR00T's start at 0.05 s).
+        skip_cameras: camera keys to leave out (their videos are not opened).
+        skip_episodes_without_video: leave out episodes with a camera's video missing (reported)
+            instead of refusing the dataset.
+        find_moved_files: use the one file of the expected name elsewhere in the dataset when a file
+            is not where ``data_path`` / ``video_path`` say (each move is noted).
+
+    Raises:
+        FileNotFoundError: no ``meta/info.json`` (or episode metadata).
+        ValueError: an unknown ``codebase_version``, malformed metadata, missing files (all named,
+            with the option that would help), an unknown camera in ``skip_cameras``.
+        ImportError: pyarrow or PyAV missing (``pip install 'replaybuf[lerobot]'``).
+    """
+
+    format_name = "lerobot"
+
+    def __init__(self, path: str | os.PathLike, *, tolerance_s: float = DEFAULT_TOLERANCE_S,
+                 align_video_start: bool = False, skip_cameras: tuple[str, ...] | list[str] = (),
+                 skip_episodes_without_video: bool = False, find_moved_files: bool = False):
+        root = Path(os.path.expanduser(os.fspath(path))).resolve()
+        if not root.exists():
+            raise FileNotFoundError(f"{root}: no such directory")
+        super().__init__(root)
+        if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
+            raise ValueError(f"tolerance_s must be a number of seconds >= 0, got {tolerance_s!r}")
+        self.tol = float(tolerance_s)
+        self.align = bool(align_video_start)
+        pq = require_pyarrow()
+        self._pq = pq
+        info = read_info(root)
+        self.info = info
+        self.version = info["codebase_version"]
+        features: dict[str, dict] = info["features"]
+        cameras = [k for k, f in features.items() if f.get("dtype") == "video"]
+        unknown = sorted(set(skip_cameras) - set(cameras))
+        if unknown:
+            raise ValueError(f"skip_cameras: {unknown} are not cameras of {root}; its cameras are {cameras}")
+        if cameras:
+            require_av()
+        cams = [c for c in cameras if c not in skip_cameras]
+        loc = Locator(root, find_moved_files)
+        read = read_v2_episodes if self.version.startswith("v2") else read_v3_episodes
+        episodes, problems = read(root, info, cams, loc)
+        if problems:
+            more = f" (and {len(problems) - 1} more episode(s) like it)" if len(problems) > 1 else ""
+            raise ValueError(f"{root}: {problems[0]}{more}")
+        for cam in list(cams):
+            if episodes and all(ep.videos[cam] is None for ep in episodes):
+                why = episodes[0].extra.get("video_problems", {}).get(cam, "no file")
+                self.notes.append(f"camera {cam} is declared in meta/info.json but no episode has a video file "
+                                  f"for it (episode {episodes[0].index}: {why}); it is left out")
+                cams.remove(cam)
+        missing = [(ep, cam, ep.extra["video_problems"][cam]) for ep in episodes for cam in cams
+                   if ep.videos.get(cam) is None]
+        if missing and not skip_episodes_without_video:
+            ep, cam, why = missing[0]
+            eps = sorted({e.index for e, _, _ in missing})
+            raise ValueError(f"{root}: {len(missing)} episode video(s) missing, in episode(s) {eps[:20]}"
+                             f"{' ...' if len(eps) > 20 else ''}; e.g. episode {ep.index}, camera {cam}: {why}. "
+                             "Pass skip_episodes_without_video=True "
+                             "(CLI: --skip-episodes-without-video) to import the other episodes, or "
+                             "skip_cameras=[...] (CLI: --skip-camera KEY) to leave a camera out")
+        dropped = {ep.index for ep, _, _ in missing}
+        for ep, cam, why in missing:
+            self.skipped.append({"episode": ep.index, "reason": f"camera {cam}: {why}"})
+        self._episodes = [ep for ep in episodes if ep.index not in dropped]
+        if loc.moved:
+            self.notes.append(f"{len(loc.moved)} file(s) were not where meta/info.json's path templates say and "
+                              f"were found by name (find_moved_files), e.g. {loc.moved[0][1]} for {loc.moved[0][0]}")
+        self._cameras = cams
+        self.episode_lengths = np.array([ep.length for ep in self._episodes], dtype=np.int64)
+        self.fps = float(info["fps"])
+        self._depth = {c: bool(_video_info(features[c]).get("video.is_depth_map", False)) for c in cams}
+        self._images: list[str] = []
+        self._columns: list[str] = []
+        self._build_keys(features, cams)
+        self.tasks = read_tasks(root, self.version)
+        self.attrs = {"codebase_version": self.version, "robot_type": info.get("robot_type"), "fps": self.fps,
+                      "tasks": {str(k): v for k, v in sorted(self.tasks.items())}, "stats": read_stats(root),
+                      "info": info, "moved_files": [list(m) for m in loc.moved]}
+        codecs = sorted({str(_video_info(features[c]).get("video.codec", "?")) for c in cams})
+        if cams:
+            self.notes.append(f"the video frames of {', '.join(cams)} were lossy when recorded ({', '.join(codecs)} "
+                              "in mp4); what is imported is their decode by PyAV (rgb24; depth as uint16), and "
+                              "the store keeps those pixels exactly unless a lossy quality is asked for")
+        self._table_file: str | None = None
+        self._table = None
+        self._readers: dict[str, VideoReader] = {}
+
+    # ------------------------------------------------------------------------------------ keys
+    def _build_keys(self, features: dict[str, dict], cams: list[str]) -> None:
+        if not self._episodes:
+            return
+        schema = self._pq.read_schema(self._episodes[0].data_file)
+        names = [n for n in schema.names if not n.startswith("__index_level_")]
+        order = [k for k in features if k in names] + [n for n in names if n not in features]
+        for name in order:
+            feat = features.get(name, {})
+            where = self._episodes[0].data_file
+            try:
+                dtype, shape, image = arrow_step(schema.field(name).type, feat.get("shape"))
+            except ValueError as exc:
+                raise ValueError(f"{where}: column {name!r}: {exc}") from None
+            if image:
+                first = decode_image(self._read_rows(self._episodes[0], [name])[name][0], name, where)
+                kind = "frames" if first.dtype == np.uint8 else "depth"
+                self.keys[name] = KeySpec(first.dtype, first.shape, kind, dict(feat))
+                self._images.append(name)
+            else:
+                kind = "strings" if dtype == object else "numbers"
+                self.keys[name] = KeySpec(dtype, shape, kind, dict(feat))
+                self._columns.append(name)
+        for cam in cams:
+            feat = features[cam]
+            shape = _frame_shape(feat, self._depth[cam])
+            dtype = np.uint16 if self._depth[cam] else np.uint8
+            self.keys[cam] = KeySpec(dtype, shape, "depth" if self._depth[cam] else "frames", dict(feat))
+        if cams and "timestamp" not in self._columns:
+            raise ValueError(f"{self._episodes[0].data_file}: no 'timestamp' column, so frames cannot be matched "
+                             "to rows")
+
+    # ------------------------------------------------------------------------------------ rows
+    def _file_table(self, path: str):
+        if self._table_file != path:
+            try:
+                self._table = self._pq.read_table(path)
+            except Exception as exc:
+                raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+            self._table_file = path
+        return self._table
+
+    def _read_rows(self, ep, names: list[str]) -> dict[str, np.ndarray]:
+        table = self._file_table(ep.data_file)
+        where = f"{ep.data_file} (episode {ep.index})"
+        if "episode_index" in table.column_names:
+            ids = np.asarray(table["episode_index"].to_numpy())
+            if self.version.startswith("v3"):  # many episodes per file
+                rows = np.flatnonzero(ids == ep.index)
+                if len(rows) and rows[-1] - rows[0] + 1 != len(rows):
+                    raise ValueError(f"{where}: the episode's rows are not contiguous")
+                table = table.slice(int(rows[0]), len(rows)) if len(rows) else table.slice(0, 0)
+            elif len(ids) and (ids != ep.index).any():
+                other = int(ids[np.flatnonzero(ids != ep.index)[0]])
+                raise ValueError(f"{where}: the file holds rows of episode {other} (column episode_index)")
+        if table.num_rows != ep.length:
+            raise ValueError(f"{where}: {table.num_rows} rows, but the episode metadata says length {ep.length}")
+        missing = [n for n in names if n not in table.column_names]
+        if missing:
+            raise ValueError(f"{where}: no column(s) {missing} (the first data file has them)")
+        out = {n: column_array(table[n], n, where) for n in names}
+        for n in names:
+            spec = self.keys.get(n)
+            if spec is not None and n in self._columns and (out[n].shape[1:] != spec.shape or out[n].dtype != spec.dtype):
+                raise ValueError(f"{where}: column {n!r} is {out[n].dtype} {out[n].shape[1:]} per step here, "
+                                 f"{spec.dtype} {spec.shape} in the first data file")
+        return out
+
+    # ------------------------------------------------------------------------------------ frames
+    def _reader(self, cam: str, path: str) -> VideoReader:
+        r = self._readers.get(cam)
+        if r is None or r.path != path:
+            if r is not None:
+                r.close()
+            r = self._readers[cam] = VideoReader(path, cam, self._depth[cam], self.tol)
+        return r
+
+    def _query_times(self, ep, cam: str, reader: VideoReader, ts: np.ndarray) -> tuple[np.ndarray, str]:
+        base = ep.videos[cam][1]
+        bad = np.flatnonzero(np.diff(ts) <= 0)
+        if len(bad):
+            r = int(bad[0]) + 1
+            raise ValueError(f"episode {ep.index}: timestamps do not increase at row {r} ({float(ts[r - 1])!r} s "
+                             f"then {float(ts[r])!r} s) in {ep.data_file}")
+        if self.align:
+            start = base if self.version.startswith("v3") else (reader.first_frame_time() or 0.0)
+            return start + (ts - ts[0]), ""
+        hint = ""
+        if abs(ts[0]) > self.tol:
+            hint = (f". The episode's first row is at {float(ts[0])!r} s, not 0: if its timestamps are offset from the "
+                    "video (the GR00T samples start at 0.05 s), pass align_video_start=True (CLI: "
+                    "--align-video-start) to give the first row the episode's first frame")
+        return base + ts, hint
+
+    # ------------------------------------------------------------------------------------ the Source API
+    def iter_parts(self, index: int, keys: list[str], max_rows: int) -> Iterator[dict[str, np.ndarray]]:
+        if not 0 <= index < len(self._episodes):
+            raise IndexError(f"episode {index} out of range: {self.path} has {len(self._episodes)} episodes")
+        ep = self._episodes[index]
+        cams = [k for k in keys if k in self._cameras]
+        need = [k for k in keys if k in self._columns or k in self._images]
+        rows = self._read_rows(ep, list(dict.fromkeys(need + (["timestamp"] if cams else []))))
+        max_rows = max(1, int(max_rows))
+        gens = {}
+        for cam in cams:
+            reader = self._reader(cam, ep.videos[cam][0])
+            times, hint = self._query_times(ep, cam, reader, rows["timestamp"].astype(np.float64))
+            gens[cam] = reader.frames(times, ep.index, max_rows, hint)
+        for start in range(0, ep.length, max_rows):
+            stop = min(ep.length, start + max_rows)
+            part = {k: rows[k][start:stop] for k in keys if k in self._columns}
+            for k in keys:
+                if k in self._images:
+                    where = f"{ep.data_file} (episode {ep.index}, row {start})"
+                    part[k] = np.stack([decode_image(b, k, where) for b in rows[k][start:stop]])
+            for cam, gen in gens.items():
+                block = next(gen, None)
+                if block is None or len(block) != stop - start:  # pragma: no cover - frames() raises first
+                    raise ValueError(f"episode {ep.index}, camera {cam}: the video gave too few frames")
+                want = self.keys[cam].shape
+                if block.shape[1:] != want:
+                    raise ValueError(f"episode {ep.index}, camera {cam}: {ep.videos[cam][0]} holds frames of "
+                                     f"{block.shape[1:]}, meta/info.json declares {want}")
+                part[cam] = block
+            yield part
+
+    def read_episode(self, index: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
+        keys = list(keys or self.keys)
+        parts = list(self.iter_parts(index, keys, 1 << 30))
+        return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+
+    def episode_id(self, index: int) -> int:
+        return self._episodes[index].index
+
+    def episode_attrs(self, index: int) -> dict[str, Any]:
+        ep = self._episodes[index]
+        files: dict[str, Any] = {"data": os.path.relpath(ep.data_file, self.path)}
+        for cam in self._cameras:
+            path, start = ep.videos[cam]
+            files[cam] = {"path": os.path.relpath(path, self.path), "from_timestamp": start}
+        out = {"episode_index": ep.index, "length": ep.length, "tasks": ep.tasks, "files": files}
+        if ep.rows is not None:
+            out["dataset_from_index"], out["dataset_to_index"] = ep.rows
+        if ep.stats:
+            out["stats"] = ep.stats
+        return out
+
+    def close(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
+        self._table = None
+
+
+def _video_info(feature: dict) -> dict:
+    return feature.get("info") or feature.get("video_info") or {}
+
+
+def _frame_shape(feature: dict, depth: bool) -> tuple[int, ...]:
+    """``(H, W, C)`` of a video feature from its ``shape`` and ``names`` (channels first or last)."""
+    shape = [int(s) for s in feature.get("shape", ())]
+    names = [str(n).lower() for n in (feature.get("names") or [])]
+    if len(shape) == 3 and len(names) == 3 and names[0].startswith("channel"):
+        shape = [shape[1], shape[2], shape[0]]
+    if len(shape) == 2:
+        shape = shape + [1]
+    if len(shape) != 3:
+        raise ValueError(f"a video feature's shape {feature.get('shape')} is not (height, width, channels)")
+    return (shape[0], shape[1], 1) if depth else (shape[0], shape[1], 3)

@@ -1,0 +1,156 @@
+"""Camera frames of LeRobot datasets: decode an mp4 with PyAV and give each row its frame.
+
+Rule (what LeRobot's own loader promises, made strict): a frame's time is ``pts × time_base``
+(seconds); the rows of an episode ask for the frames at their query times (v2: the row's
+``timestamp``; v3: the episode's ``from_timestamp`` plus the row's ``timestamp``).  Decoding starts
+at the keyframe at or before the first query time (a seek) — or goes on from the previous episode
+when that one ended just before (v3 files hold many episodes) — and frames before the first query
+time are skipped.  From then on the frames must pair with the rows one to one, in order, each
+within ``tolerance_s`` of its row (LeRobot's default ``tolerance_s`` is 1e-4 s): an extra frame, a
+missing frame or a frame too far from its row is a :class:`VideoMismatchError` naming the episode,
+the camera, the row and the two times.  Decoders return frames in presentation order, so B-frames
+need nothing special.
+
+RGB frames are ``frame.to_ndarray(format="rgb24")`` (libswscale's conversion of the stored YUV);
+depth maps (``video.is_depth_map``) are gray frames as uint16 (e.g. 12-bit values 0..4095).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+
+class VideoMismatchError(ValueError):
+    """The frames of a video do not pair one to one with the rows of an episode."""
+
+
+def require_av():
+    """Import PyAV, or raise ImportError naming the extra that installs it."""
+    try:
+        import av
+    except ImportError as exc:  # pragma: no cover - the test extra installs it
+        raise ImportError("reading LeRobot videos needs PyAV: pip install 'replaybuf[lerobot]' "
+                          "(or pip install av)") from exc
+    return av
+
+
+GRAY_FORMATS = {"gray", "gray10le", "gray12le", "gray16le", "gray10be", "gray12be", "gray16be"}
+
+
+def frame_array(frame, depth: bool) -> np.ndarray:
+    """One decoded PyAV frame as ``(H, W, 3)`` uint8 RGB, or for depth ``(H, W, 1)`` uint16."""
+    if not depth:
+        return frame.to_ndarray(format="rgb24")
+    name = frame.format.name
+    a = frame.to_ndarray() if name in GRAY_FORMATS else frame.to_ndarray(format="gray16le")
+    return a.astype(np.uint16, copy=False)[..., None]
+
+
+class VideoReader:
+    """Frames of one mp4 file, matched to query times (see the module docstring).  Keeps the file
+    open and its decoder positioned, so consecutive episodes of one v3 file decode each frame once.
+
+    Args:
+        path: the mp4 file.
+        camera: the feature key (for messages).
+        depth: decode gray frames as uint16 depth.
+        tolerance_s: how far (seconds) a frame may sit from its row's query time.
+    """
+
+    def __init__(self, path: str, camera: str, depth: bool, tolerance_s: float):
+        av = require_av()
+        self.path, self.camera, self.depth, self.tol = path, camera, depth, float(tolerance_s)
+        try:
+            self._container = av.open(path)
+        except Exception as exc:
+            raise ValueError(f"camera {camera}: cannot open video {path}: {exc}") from exc
+        if not self._container.streams.video:
+            raise ValueError(f"camera {camera}: {path} holds no video stream")
+        self._stream = self._container.streams.video[0]
+        self._stream.thread_type = "AUTO"
+        self._tb = self._stream.time_base
+        self._frames: Iterator | None = None
+        self._last_time = -math.inf  # time of the last frame handed out or skipped
+
+    @property
+    def codec_name(self) -> str:
+        return self._stream.codec_context.name
+
+    def first_frame_time(self) -> float | None:
+        """Time (s) of the file's first frame (a separate decode; for messages and alignment)."""
+        av = require_av()
+        with av.open(self.path) as c:
+            for f in c.decode(c.streams.video[0]):
+                return float(f.pts * f.time_base) if f.pts is not None else None
+        return None
+
+    def _seek(self, t: float) -> None:
+        target = max(0, int(math.floor((t - self.tol) / self._tb)))
+        self._container.seek(target, stream=self._stream, backward=True, any_frame=False)
+        self._frames = self._container.decode(self._stream)
+        self._last_time = -math.inf
+
+    def _next(self):
+        try:
+            return next(self._frames)
+        except StopIteration:
+            return None
+
+    def frames(self, times: np.ndarray, episode: int, max_rows: int, hint: str = "") -> Iterator[np.ndarray]:
+        """The frames of the rows whose query times (seconds, strictly increasing) are ``times``, in
+        arrays of at most ``max_rows`` frames.  Raises VideoMismatchError (see the module docstring),
+        with ``hint`` appended when the frames do not match."""
+        times = [float(t) for t in np.asarray(times, dtype=np.float64)]
+        n = len(times)
+        if n == 0:
+            return
+        tol = self.tol
+        # go on decoding when the previous episode ended just before this one; else seek
+        if self._frames is None or not (self._last_time < times[0] - tol) or \
+                times[0] - self._last_time > 2.0 + tol:
+            self._seek(float(times[0]))
+        i = 0
+        block: list[np.ndarray] = []
+        while i < n:
+            frame = self._next()
+            if frame is None:
+                raise VideoMismatchError(self._ended_message(episode, i, times) + hint)
+            if frame.pts is None:
+                raise VideoMismatchError(f"episode {episode}, camera {self.camera}: {self.path} has a frame "
+                                         f"without a presentation time (row {i})")
+            t = float(frame.pts * self._tb)
+            if t <= self._last_time:
+                raise VideoMismatchError(f"episode {episode}, camera {self.camera}: frame times of {self.path} "
+                                         f"do not increase ({self._last_time!r} s then {t!r} s, at row {i})")
+            if t < times[i] - tol:
+                if i == 0:  # decoding from the keyframe before the episode's first frame
+                    self._last_time = t
+                    continue
+                raise VideoMismatchError(
+                    f"episode {episode}, camera {self.camera}, row {i}: an extra frame at {t!r} s sits between "
+                    f"rows {i - 1} ({times[i - 1]!r} s) and {i} ({times[i]!r} s) in {self.path} (tolerance "
+                    f"{tol} s)" + hint)
+            if t > times[i] + tol:
+                raise VideoMismatchError(
+                    f"episode {episode}, camera {self.camera}, row {i}: no frame at the row's time {times[i]!r} s "
+                    f"(the next frame of {self.path} is at {t!r} s; tolerance {tol} s)" + hint)
+            self._last_time = t
+            block.append(frame_array(frame, self.depth))
+            i += 1
+            if len(block) >= max_rows:
+                yield np.stack(block)
+                block = []
+        if block:
+            yield np.stack(block)
+
+    def _ended_message(self, episode: int, i: int, times: np.ndarray) -> str:
+        last = f"{self._last_time!r} s" if self._last_time > -math.inf else "before the first row"
+        return (f"episode {episode}, camera {self.camera}, row {i}: {self.path} ends (last frame at {last}) but "
+                f"rows {i}..{len(times) - 1} ({times[i]!r} s .. {times[-1]!r} s) have no frame")
+
+    def close(self) -> None:
+        self._frames = None
+        self._container.close()

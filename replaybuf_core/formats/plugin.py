@@ -1,0 +1,13 @@
+"""pluggy plugin module of the built-in import formats (named in ``[project.entry-points.replaybuf]``,
+found exactly like a third-party format)."""
+
+from replaybuf_core.hookspecs import hookimpl
+
+
+@hookimpl
+def replaybuf_formats():
+    """Hook: the import formats this package provides (their readers load only when one opens)."""
+    from .diffusion_policy import DiffusionPolicyFormat
+    from .lerobot import LeRobotFormat
+
+    return [DiffusionPolicyFormat, LeRobotFormat]

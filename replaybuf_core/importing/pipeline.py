@@ -1,0 +1,506 @@
+"""The import pipeline: any :class:`~replaybuf_core.importing.source.Source` into a new store, the
+same way for every format.
+
+:func:`import_source` plans each key's storage (:mod:`~replaybuf_core.importing.plan`), streams the
+chosen episodes in parts through :meth:`ReplayBuffer.writer` (a prefetch thread reads and decodes the
+source while the writer encodes the destination on the codec pool), proves and converts float frames
+to uint8 as they stream (restarting with the key kept when a value is not an integer 0..255),
+verifies every stored row against the source values (:mod:`~replaybuf_core.importing.check`), records
+provenance in the destination's ``data`` attributes, shows a progress bar, and builds the destination
+beside its final path, moving it into place only once verified
+(:func:`~replaybuf_core.replace.build_beside`): an error, Ctrl-C or SIGTERM leaves no half-written
+output, and an existing store replaced with ``overwrite`` stays as it was until the swap.
+
+What the destination holds besides ``data/<key>`` and ``meta/episode_ends``:
+
+* ``meta/source_episode_index`` (int64, one per episode): the source's index of each episode;
+* ``meta/episode_attrs`` (text, one JSON object per episode) when the source has per-episode
+  attributes (LeRobot: tasks, per-episode statistics);
+* the source's own meta arrays (diffusion-policy: every ``meta`` array but ``episode_ends``);
+* ``data`` attributes: ``import`` (format, source path, options, what was dropped or skipped),
+  ``conversions`` (keys stored as uint8 after the proof), ``fps``, ``source_attrs`` (the source's
+  dataset-level attributes) and ``key_attrs`` (what the source said about each key).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import registry
+from ..buffer import ReplayBuffer
+from ..codec_names import describe_codec
+from ..prefetch import prefetch
+from ..replace import build_beside
+from ..sharding import validate_image_frames_per_shard
+from .check import Checker, psnr_db, same_bits
+from .plan import KeyPlan, plan_key
+from .report import ImportReport, KeyReport
+from .source import Source, _disk_bytes
+from .uint8_exact import as_uint8_if_lossless, first_bad_value
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["import_source", "import_dataset", "parse_episodes", "check_settings", "check_destination", "IMPORT_COMMIT_INTERVAL", "PART_BYTES"]
+
+#: Seconds between commits while importing (see :class:`~replaybuf_core.writer.EpisodeWriter`).
+IMPORT_COMMIT_INTERVAL = 0.25
+#: Source bytes per part of an episode (all keys): long episodes stream in parts of about this size.
+PART_BYTES = 32 * 2**20
+#: Raw bytes of the frames in one shard at most: large frames get fewer frames per shard, so that a
+#: shard staged for writing (and its source values kept for the check) stays this small.
+SHARD_RAW_BYTES = 32 * 2**20
+SOURCE_EPISODE_INDEX = "source_episode_index"
+EPISODE_ATTRS = "episode_attrs"
+
+
+class _NotLossless(Exception):
+    def __init__(self, key: str, episode: int, row: int, reason: str):
+        super().__init__(f"data/{key}: episode {episode}, row {row}: {reason}")
+        self.key, self.episode, self.row, self.reason = key, episode, row, reason
+
+
+def parse_episodes(spec: Any, n: int) -> list[int]:
+    """Source episode indices chosen by ``spec``: None (all), an int, an iterable of ints, or text
+    such as ``"0:10"``, ``"5"``, ``"0:10,20,30:"`` (Python slices, negative indices from the end).
+
+    Raises:
+        ValueError: an index out of ``0..n-1``, a repeated index, or unreadable text (named).
+        TypeError: ``spec`` of another type.
+    """
+    if spec is None:
+        return list(range(n))
+    if isinstance(spec, (bool, np.bool_)):
+        raise TypeError(f"episodes must be indices or text like '0:10', got {spec!r}")
+    if isinstance(spec, (int, np.integer)):
+        spec = [int(spec)]
+    if isinstance(spec, str):
+        out: list[int] = []
+        for part in (p.strip() for p in spec.split(",")):
+            try:
+                if ":" in part:
+                    bits = [int(b) if b.strip() else None for b in part.split(":")]
+                    if len(bits) > 3:
+                        raise ValueError(part)
+                    out.extend(range(n)[slice(*bits)])
+                else:
+                    out.append(int(part))
+            except ValueError:
+                raise ValueError(f"episodes: cannot read {part!r} (use indices and slices such as "
+                                 "'0:10,20,30:')") from None
+        spec = out
+    if not isinstance(spec, Iterable):
+        raise TypeError(f"episodes must be indices or text like '0:10', got {type(spec).__name__}")
+    chosen = []
+    for i in spec:
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"episodes: {i!r} is not an episode index")
+        j = int(i) + n if int(i) < 0 else int(i)
+        if not 0 <= j < n:
+            raise ValueError(f"episodes: index {int(i)} is out of range; the source has {n} episodes (0..{n - 1})")
+        chosen.append(j)
+    if len(set(chosen)) != len(chosen):
+        dup = sorted({i for i in chosen if chosen.count(i) > 1})
+        raise ValueError(f"episodes: index(es) {dup[:10]} chosen more than once")
+    return chosen
+
+
+def check_settings(lossy_quality: Any, image_frames_per_shard: Any) -> tuple[int | None, int | None]:
+    """``(lossy_quality, image_frames_per_shard)`` checked (callers check them before opening a
+    source).  Raises TypeError / ValueError naming the setting."""
+    fps = validate_image_frames_per_shard(image_frames_per_shard)
+    if lossy_quality is not None:
+        if isinstance(lossy_quality, bool) or not isinstance(lossy_quality, (int, np.integer)):
+            raise TypeError(f"lossy_quality must be an int 0..100 or None, got {lossy_quality!r}")
+        if not 0 <= int(lossy_quality) <= 100:
+            raise ValueError(f"lossy_quality must be in 0..100, got {lossy_quality}")
+        lossy_quality = int(lossy_quality)
+    return lossy_quality, fps
+
+
+def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: str = "zarr",
+                      overwrite: bool = False) -> tuple[Path, Path]:
+    """``(source path, destination path)``, resolved, once ``dst`` is known to be a place an import
+    may write (callers check it before opening a source).
+
+    Raises:
+        ValueError: ``dst`` is a URL, the source, or inside the source.
+        FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a ``backend`` store.
+        BackendNotFoundError: no backend called ``backend``.
+    """
+    entry = registry.get_backend(backend)
+    if "://" in os.fspath(dst):
+        raise ValueError(f"{os.fspath(dst)} is a URL; imports write local paths only")
+    src_path = Path(os.path.expanduser(os.fspath(src))).resolve()
+    dst_path = Path(os.path.expanduser(os.fspath(dst))).resolve()
+    if dst_path == src_path or src_path in dst_path.parents:
+        raise ValueError(f"the destination {dst_path} must not be the source or inside it ({src_path})")
+    if dst_path.exists():
+        if not overwrite:
+            raise FileExistsError(f"{dst_path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+        if not _is_store(entry, dst_path):
+            raise FileExistsError(f"{dst_path} already exists and is not a {backend} store; refusing to replace it")
+    return src_path, dst_path
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return str(x)
+    return x
+
+
+def _no_cache(store: Any) -> None:
+    """Every chunk is read once, in order: a cache of decoded chunks would only cost memory."""
+    if hasattr(store, "cache_bytes"):
+        store.cache_bytes = 0
+
+
+def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, format: str | None = None, *,
+                   format_options: dict[str, Any] | None = None, **kwargs: Any) -> ImportReport:
+    """Open ``src`` with the import format named ``format`` (guessed from the files when None) and
+    :func:`import_source` it into ``dst``; ``format_options`` go to the format's ``open``, the other
+    keyword arguments to :func:`import_source`.
+
+    Raises:
+        FormatNotFoundError: no installed format has that name, or none recognises ``src`` (the
+            message lists the installed formats and what each needs installed).
+        and what the format's ``open`` and :func:`import_source` raise.
+    """
+    entry = registry.get_format(format) if format is not None else registry.guess_format(src)
+    source = entry.open(src, **(format_options or {}))
+    try:
+        return import_source(source, dst, **kwargs)
+    finally:
+        source.close()
+
+
+def import_source(
+    source: Source,
+    dst: str | os.PathLike,
+    *,
+    backend: str = "zarr",
+    episodes: Any = None,
+    skip_keys: Iterable[str] = (),
+    keep_dtype: bool = False,
+    lossy_quality: int | None = None,
+    image_frames_per_shard: int | None = 256,
+    progress: bool = True,
+    overwrite: bool = False,
+    drop_empty_episodes: bool = False,
+) -> ImportReport:
+    """Import ``source`` into a new store at ``dst`` (see the module docstring for what it holds).
+
+    Args:
+        source: an opened source (``registry.get_format(name).open(path)``); not closed here.
+        dst: the path to create (``~`` expanded).
+        backend: the destination backend's name (default ``"zarr"``; ``replaybuf backends`` lists them).
+        episodes: the source episodes to import (see :func:`parse_episodes`); None: all.
+        skip_keys: source keys to leave out (named in the report and the attributes).
+        keep_dtype: keep non-uint8 frames in their source dtype (Blosc) instead of converting
+            provably lossless ones to uint8.
+        lossy_quality: None for an exact image codec; an int 0..100 for lossy WebP at that quality
+            (checked by PSNR instead of bit for bit).
+        image_frames_per_shard: frames per shard of image arrays (None: one object per frame); large
+            frames get fewer, so a shard holds at most :data:`SHARD_RAW_BYTES` of raw pixels.
+        progress: show a tqdm bar over steps (stderr).
+        overwrite: replace an existing store of ``backend`` at ``dst`` (never anything else).
+        drop_empty_episodes: leave out zero-length source episodes (recorded in the attributes and
+            the report); without it such a source is refused before anything is written.
+
+    Returns:
+        An :class:`ImportReport`; check ``report.ok`` (verification problems do not raise).
+
+    Raises:
+        FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a store of ``backend``.
+        ValueError: ``dst`` is the source or inside it; bad ``lossy_quality``; an unknown key in
+            ``skip_keys`` (the message lists the keys); bad ``episodes``; zero-length episodes
+            (named) without ``drop_empty_episodes``; nothing left to import; a source episode whose
+            data disagrees with its metadata (named by the format).
+        TypeError: bad ``lossy_quality`` / ``image_frames_per_shard`` / ``episodes`` type.
+        BackendNotFoundError: no backend called ``backend``.
+    Nothing is written when an argument is rejected.  While importing, ``dst``'s writer lock is held
+    (``StoreLockedError`` when another process records into it, before anything is written).  If
+    the import fails midway, what was built is removed, ``dst`` is left as it was, and the error
+    re-raised.  A destination that fails verification does not replace an existing ``dst``.
+    """
+    t0 = time.perf_counter()
+    lossy_quality, fps = check_settings(lossy_quality, image_frames_per_shard)
+    entry = registry.get_backend(backend)
+    src_path, dst_path = check_destination(source.path, dst, backend, overwrite)
+    skip = list(dict.fromkeys(skip_keys))
+    unknown = [k for k in skip if k not in source.keys]
+    if unknown:
+        raise ValueError(f"skip_keys: {unknown} not in the source; its keys are {list(source.keys)}")
+    keys = [k for k in source.keys if k not in skip]
+    if not keys:
+        raise ValueError(f"nothing to import: every key of {src_path} is skipped")
+    chosen = parse_episodes(episodes, source.n_episodes)
+    lengths = np.asarray(source.episode_lengths, dtype=np.int64)
+    empty = [i for i in chosen if lengths[i] == 0]
+    if empty and not drop_empty_episodes:
+        shown = ", ".join(map(str, empty[:20])) + (f", ... ({len(empty)} in all)" if len(empty) > 20 else "")
+        raise ValueError(f"{src_path}: episode(s) {shown} of {source.n_episodes} have zero length; replaybuf "
+                         "buffers hold no empty episode. Pass drop_empty_episodes=True (CLI: "
+                         "--drop-empty-episodes) to import the others and record which were dropped")
+    if empty:
+        logger.warning("%s: dropping %d zero-length episode(s): %s", src_path, len(empty), empty[:20])
+    indices = [i for i in chosen if lengths[i] > 0]
+    n_steps = int(lengths[indices].sum()) if indices else 0
+    step_bytes = sum(source.keys[k].step_bytes for k in keys)
+    max_rows = max(1, PART_BYTES // max(1, step_bytes))
+
+    kept: dict[str, str] = {}
+    restarts: list[str] = []
+    # the cheap early check: the first part of the first episode of every conversion candidate
+    candidates = [k for k in keys if source.keys[k].kind == "frames" and source.keys[k].dtype.kind in "iuf"
+                  and source.keys[k].dtype != np.uint8 and not keep_dtype]
+    if candidates and indices:
+        first = next(iter(source.iter_parts(indices[0], candidates, max_rows)))
+        for key in candidates:
+            _, row = as_uint8_if_lossless(first[key])
+            if row >= 0:
+                kept[key] = (f"kept as {source.keys[key].dtype}: row {row} (episode {indices[0]}) holds "
+                             f"{first_bad_value(first[key][row])!r}, not an integer in 0..255")
+        del first
+    settings = dict(keep_dtype=bool(keep_dtype), lossy_quality=lossy_quality, frames_per_shard=fps,
+                    max_rows=max_rows)
+    with build_beside(dst_path) as beside:
+        while True:
+            try:
+                plans, checker, bounds = _import_once(source, entry, beside.path, keys, indices, n_steps, kept,
+                                                      settings, progress, bool(restarts), _provenance(
+                                                          source, src_path, skip, empty, chosen, settings))
+                break
+            except _NotLossless as exc:
+                dtype = source.keys[exc.key].dtype
+                msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
+                       f"{exc.key!r} kept as {dtype}")
+                logger.warning("%s", msg)
+                restarts.append(msg)
+                kept[exc.key] = f"kept as {dtype}: {exc.reason} (episode {exc.episode}, row {exc.row})"
+        report = _verify(source, entry, src_path, beside.path, plans, checker, indices, backend)
+        report.dst = os.fspath(dst_path)
+        report.stored_bytes = _disk_bytes(os.fspath(beside.path))
+        if not report.ok and dst_path.exists():
+            beside.swap = False  # keep the store that was there; the report says why
+            report.problems.append(f"{dst_path} was left as it was: the new import failed verification")
+    report.format = source.format_name
+    report.restarts = restarts
+    report.dropped_empty_episodes = empty
+    report.skipped_episodes = list(source.skipped)
+    report.skipped_keys = skip
+    report.notes = list(source.notes)
+    report.source_bytes = source.source_bytes()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _is_store(entry: Any, path: Path) -> bool:
+    try:
+        return bool(entry.guess_can_open(os.fspath(path)))
+    except Exception:
+        return False
+
+
+def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int], chosen: list[int],
+                settings: dict) -> dict[str, Any]:
+    sel = None if chosen == list(range(source.n_episodes)) else (
+        f"{chosen[0]}:{chosen[-1] + 1}" if chosen == list(range(chosen[0], chosen[-1] + 1)) else chosen)
+    return {"format": source.format_name, "source": os.fspath(src_path),
+            "lossy_quality": settings["lossy_quality"], "keep_dtype": settings["keep_dtype"],
+            "episodes": sel, "skipped_keys": skip, "dropped_empty_episodes": list(empty),
+            "skipped_episodes": list(source.skipped), "notes": list(source.notes)}
+
+
+def _image_frames_per_shard(spec_shape: tuple[int, ...], requested: int | None) -> int | None:
+    if requested is None:
+        return None
+    frame_bytes = int(np.prod(spec_shape))
+    return max(1, min(requested, SHARD_RAW_BYTES // max(1, frame_bytes)))
+
+
+def _import_once(source: Source, entry: Any, path: Path, keys: list[str], indices: list[int], n_steps: int,
+                 kept: dict[str, str], settings: dict, progress: bool, replace: bool,
+                 provenance: dict[str, Any]) -> tuple[dict[str, KeyPlan], Checker, list]:
+    dst = entry.create(os.fspath(path), if_exists="replace" if replace else "raise")
+    _no_cache(dst)
+    plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["lossy_quality"],
+                         _image_frames_per_shard(source.keys[k].shape, settings["frames_per_shard"]), kept)
+             for k in keys}
+    for key, p in plans.items():
+        dst.create_array("data", key, shape=(0,) + p.shape[1:], dtype=p.dtype, chunks=p.chunks,
+                         codec=p.codec, shards=p.shards, fill_value=None if p.dtype == object else 0)
+    for name, values in _meta_arrays(source, indices).items():
+        _write_meta(dst, name, values)
+    ReplayBuffer._ensure_episode_ends(dst)
+    conversions = {
+        p.key: {"source_dtype": str(p.src_dtype), "converted_to": "uint8", "codec": describe_codec(p.codec)}
+        for p in plans.values() if p.converted
+    }
+    dst.set_attrs("data", _jsonable({
+        "conversions": conversions,
+        "import": {**provenance, "kept_dtype": dict(kept)},
+        "fps": source.fps,
+        "source_attrs": source.attrs,
+        "key_attrs": {k: dict(source.keys[k].attrs) for k in keys if source.keys[k].attrs},
+    }))
+    rb = ReplayBuffer(dst)
+    # The final length is known: size every data array once.  The rows stay uncommitted until the
+    # writer commits their episodes; a crash leaves rows past episode_ends that the next open trims.
+    for key in keys:
+        dst.resize("data", key, n_steps)
+    converted = [k for k, p in plans.items() if p.converted]
+    lengths = source.episode_lengths
+    bounds: list[tuple[int, int, int]] = []
+
+    def parts():
+        # runs in a prefetch thread: source decoding overlaps with destination encoding
+        row = 0
+        for ep, (src_index, episode_parts) in enumerate(source.iter_episodes(indices, keys, settings["max_rows"])):
+            start = row
+            for part in episode_parts:
+                n = _part_length(source, src_index, part, keys)
+                for key in converted:
+                    u, bad = as_uint8_if_lossless(part[key])
+                    if u is None:
+                        raise _NotLossless(key, src_index, row - start + bad,
+                                           f"holds {first_bad_value(part[key][bad])!r}, not an integer in 0..255")
+                    part[key] = u
+                yield ep, row, part
+                row += n
+            if row - start != int(lengths[src_index]):
+                raise ValueError(f"{source.format_name} source {source.path}: episode {src_index} gave "
+                                 f"{row - start} steps; its metadata says {int(lengths[src_index])}")
+            yield ep, (start, row), None
+
+    checker = Checker(rb.store, plans)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps, unit="step", desc=f"importing {Path(source.path).name}")
+    try:
+        with rb.writer(commit_interval=IMPORT_COMMIT_INTERVAL) as w:
+            for ep, row, part in prefetch(parts(), depth=2):
+                if part is None:
+                    w.end_episode()
+                    bounds.append((ep, row[0], row[1]))
+                else:
+                    for key, values in part.items():
+                        checker.stage(key, row, values, ep)
+                    w.add_steps(part, copy=False)
+                    if bar is not None:
+                        bar.update(len(next(iter(part.values()))))
+                checker.check(w.stored_rows())
+        checker.check(dict.fromkeys(keys, n_steps))  # the rows the final flush stored
+        checker.finish_lossy()
+        checker.check_whole(n_steps, bounds)
+    finally:
+        if bar is not None:
+            bar.close()
+        rb.close()  # releases the destination's writer lock and its open files
+    return plans, checker, bounds
+
+
+def _part_length(source: Source, index: int, part: dict[str, np.ndarray], keys: list[str]) -> int:
+    lens = {k: len(part[k]) for k in keys if k in part}
+    missing = [k for k in keys if k not in part]
+    if missing or len(set(lens.values())) > 1:
+        raise ValueError(f"{source.format_name} source {source.path}: episode {index}: a part "
+                         f"{'lacks ' + str(missing) if missing else 'has keys of different lengths ' + str(lens)}")
+    return next(iter(lens.values()))
+
+
+def _meta_arrays(source: Source, indices: list[int]) -> dict[str, np.ndarray]:
+    out = dict(source.meta_arrays())
+    for reserved in ("episode_ends", SOURCE_EPISODE_INDEX, EPISODE_ATTRS):
+        if reserved in out:
+            raise ValueError(f"{source.format_name} source: meta array name {reserved!r} is the import's own")
+    out[SOURCE_EPISODE_INDEX] = np.asarray([source.episode_id(i) for i in indices], dtype=np.int64)
+    attrs = [source.episode_attrs(i) for i in indices]
+    if any(attrs):
+        out[EPISODE_ATTRS] = np.array([json.dumps(_jsonable(a), sort_keys=True) for a in attrs], dtype=object)
+    return out
+
+
+def _write_meta(dst: Any, name: str, values: np.ndarray) -> None:
+    from ..chunks import get_optimal_chunks
+    from ..compressors import resolve_compressor
+
+    values = np.asarray(values)
+    if values.ndim == 0:
+        values = values.reshape(1)
+    obj = values.dtype == object
+    dst.create_array("meta", name, shape=values.shape, dtype=values.dtype,
+                     chunks=get_optimal_chunks((max(1, len(values)),) + values.shape[1:], values.dtype),
+                     codec=None if obj else resolve_compressor("default"), fill_value=None if obj else 0)
+    if len(values):
+        dst.write("meta", name, 0, values)
+
+
+def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: dict[str, KeyPlan],
+            checker: Checker, indices: list[int], backend: str) -> ImportReport:
+    """Re-open the destination read-only, check its structure and meta against the source, and
+    collect the per-row data checks made while importing."""
+    problems: list[str] = []
+    dst_rb = ReplayBuffer.create_from_path(dst_path, backend=backend)
+    try:
+        dst = dst_rb.store
+        _no_cache(dst)
+        want_ends = np.cumsum(np.asarray(source.episode_lengths, dtype=np.int64)[indices])
+        if dst_rb.n_episodes != len(want_ends) or not np.array_equal(dst_rb.episode_ends, want_ends):
+            problems.append(f"meta/episode_ends differs: {len(want_ends)} episodes / "
+                            f"{int(want_ends[-1]) if len(want_ends) else 0} steps chosen from the source, "
+                            f"destination {dst_rb.n_episodes} / {dst_rb.n_steps}")
+        if sorted(dst_rb.keys()) != sorted(plans):
+            problems.append(f"data keys differ: source {sorted(plans)}, destination {dst_rb.keys()}")
+        reports: dict[str, KeyReport] = {}
+        for key in (k for k in plans if k in dst_rb):
+            p = plans[key]
+            shape, dtype = tuple(dst.shape("data", key)), np.dtype(dst.dtype("data", key))
+            reports[key] = KeyReport(key, p.shape, str(p.src_dtype), str(dtype), describe_codec(dst.codec("data", key)),
+                                     tuple(dst.chunks("data", key) or ()), dst.shards("data", key), p.converted,
+                                     p.lossy, note=p.note)
+            if shape != p.shape or dtype != p.dtype:
+                problems.append(f"data/{key}: destination is {shape} {dtype}, expected {p.shape} {p.dtype}")
+        meta_keys = sorted(dst.list_arrays("meta"))
+        if problems:
+            return ImportReport(os.fspath(src_path), os.fspath(dst_path), dst_rb.n_episodes, dst_rb.n_steps,
+                                reports, meta_keys, problems)
+        problems.extend(checker.problems)
+        for key, rows in checker.unchecked().items():
+            problems.append(f"data/{key}: {rows} rows were never read back")
+        for key, r in reports.items():
+            if plans[key].lossy:
+                r.psnr_db = psnr_db(checker.sse[key], dst_rb.n_steps * int(np.prod(plans[key].shape[1:])))
+                r.min_episode_psnr_db = checker.worst[key]
+            else:
+                r.exact = key not in checker.first_bad
+        for name, want in _meta_arrays(source, indices).items():
+            if not dst.has_array("meta", name):
+                problems.append(f"meta/{name}: missing from the destination")
+                continue
+            got = dst.read("meta", name, 0, dst.shape("meta", name)[0])
+            want = np.asarray(want)
+            if not same_bits(want.reshape(got.shape) if want.ndim == 0 else want, got):
+                problems.append(f"meta/{name}: differs from the source ({want.shape} {want.dtype} vs "
+                                f"{got.shape} {got.dtype})")
+        return ImportReport(os.fspath(src_path), os.fspath(dst_path), dst_rb.n_episodes, dst_rb.n_steps, reports,
+                            meta_keys, problems)
+    finally:
+        dst_rb.close()

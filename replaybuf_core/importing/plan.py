@@ -1,0 +1,73 @@
+"""How the import pipeline stores each key of a source (the same rules for every format).
+
+* ``frames`` (camera images ``(H, W, C)``, C in 1/3/4, sides 8..16382): uint8 → the destination
+  backend's image codec (zarr: lossless WebP; lossy at ``lossy_quality``), one frame a chunk,
+  ``image_frames_per_shard`` frames a shard.  Other numeric dtypes (Push-T's float32 pixels) go the
+  same way only when every value is proven to be an integer in 0..255 as it streams
+  (:func:`~replaybuf_core.importing.uint8_exact.as_uint8_if_lossless`); ``keep_dtype`` keeps them.
+* ``depth`` (depth maps, e.g. uint16): lossless Blosc in the source dtype, never WebP (8-bit only).
+* ``numbers``: the source dtype, Blosc lz4 (the ``"default"`` preset), chunks of about 2 MB
+  (:func:`~replaybuf_core.chunks.get_optimal_chunks`).
+* ``strings``: text arrays, uncompressed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..chunks import get_optimal_chunks
+from ..compressors import resolve_compressor
+from ..schema import is_frame_shape
+from ..sharding import get_image_shard_shape
+from .source import KeySpec
+
+
+@dataclass
+class KeyPlan:
+    """The storage of one key: full ``shape`` (steps first), source and stored dtypes, chunks,
+    shards, codec; ``converted``: stored as uint8 after the proof; ``lossy``: lossy image codec;
+    ``note``: what the report says about the choice (e.g. why a float image was kept)."""
+
+    key: str
+    spec: KeySpec
+    shape: tuple[int, ...]
+    src_dtype: np.dtype
+    dtype: np.dtype
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+    codec: Any
+    image: bool
+    converted: bool
+    lossy: bool
+    note: str | None = None
+
+
+def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, lossy_quality: int | None,
+             frames_per_shard: int | None, kept: dict[str, str]) -> KeyPlan:
+    """The :class:`KeyPlan` of ``key`` (``n_steps`` rows in all) on the destination backend ``dst``.
+    ``kept``: keys whose conversion to uint8 failed its proof (key → why); they keep their dtype."""
+    shape = (int(n_steps),) + spec.shape
+    dtype = spec.dtype
+    note = kept.get(key)
+    image_codec = getattr(dst, "image_codec", None)
+    frames = spec.kind == "frames" and is_frame_shape(shape)
+    if frames and (dtype == np.uint8 or (dtype.kind in "iuf" and not keep_dtype and key not in kept)):
+        chunks = (1,) + shape[1:]
+        if image_codec is not None:
+            codec = image_codec(lossy_quality)
+            shards = get_image_shard_shape(chunks, frames_per_shard) if frames_per_shard else None
+            lossy = lossy_quality is not None
+        else:  # a backend without an image codec: exact frames, compressed as numbers
+            codec, shards, lossy = resolve_compressor("default"), None, False
+        return KeyPlan(key, spec, shape, dtype, np.dtype(np.uint8), chunks, shards, codec, True,
+                       dtype != np.uint8, lossy, note)
+    if frames and dtype.kind in "iuf" and keep_dtype and note is None:
+        note = f"kept as {dtype} (keep_dtype)"
+    if spec.kind == "depth" and note is None:
+        note = f"depth: {dtype}, lossless Blosc (WebP holds 8 bits only)"
+    chunks = get_optimal_chunks((max(shape[0], 1),) + shape[1:], dtype)
+    codec = None if dtype == object else resolve_compressor("default")
+    return KeyPlan(key, spec, shape, dtype, dtype, chunks, None, codec, False, False, False, note)

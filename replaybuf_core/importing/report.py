@@ -1,0 +1,109 @@
+"""What an import did, key by key, and what its checks found (:class:`ImportReport`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class KeyReport:
+    """What happened to one data key.
+
+    ``exact``: True when the destination, cast back to the source dtype, is bit-identical to the
+    source in every episode; False when an episode differs; None for lossy keys (see ``psnr_db``,
+    dB over the whole key, and ``min_episode_psnr_db``, the worst episode; ``inf`` when identical).
+    """
+
+    key: str
+    shape: tuple[int, ...]
+    source_dtype: str
+    stored_dtype: str
+    codec: str
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+    converted: bool = False
+    lossy: bool = False
+    exact: bool | None = None
+    psnr_db: float | None = None
+    min_episode_psnr_db: float | None = None
+    note: str | None = None
+
+
+@dataclass
+class ImportReport:
+    """Result of an import (:func:`replaybuf_core.importing.import_source`).
+
+    ``problems`` lists every failed check (each names the key and, for data, the episode); ``ok`` is
+    True when it is empty.  Byte counts are bytes on disk (a file's size or the sum of a directory's
+    files); ``seconds`` is wall time of the whole import including verification.  ``notes``: what
+    the source format said about the source (lossy video, a camera with no files...);
+    ``skipped_episodes``: source episodes left out, each ``{"episode": ..., "reason": ...}``.
+    """
+
+    src: str
+    dst: str
+    n_episodes: int
+    n_steps: int
+    keys: dict[str, KeyReport]
+    meta_keys: list[str]
+    problems: list[str] = field(default_factory=list)
+    restarts: list[str] = field(default_factory=list)
+    #: source indices of the zero-length episodes left out (``drop_empty_episodes=True``)
+    dropped_empty_episodes: list[int] = field(default_factory=list)
+    skipped_episodes: list[dict[str, Any]] = field(default_factory=list)
+    skipped_keys: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    format: str = ""
+    source_bytes: int = 0
+    stored_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        """Human-readable multi-line summary (what the CLI prints)."""
+        fmt = f" ({self.format})" if self.format else ""
+        lines = [f"imported {self.src}{fmt} -> {self.dst}: {self.n_episodes} episodes, {self.n_steps} steps "
+                 f"in {self.seconds:.1f} s"]
+        width = max([12] + [len(k) for k in self.keys])
+        for r in self.keys.values():
+            dt = r.source_dtype if r.source_dtype == r.stored_dtype else f"{r.source_dtype}->{r.stored_dtype}"
+            if r.lossy:
+                check = (f"PSNR {r.psnr_db:.2f} dB (worst episode {r.min_episode_psnr_db:.2f} dB)"
+                         if r.psnr_db is not None else "not checked")
+            else:
+                check = {True: "bit-exact", False: "MISMATCH", None: "not checked"}[r.exact]
+            lines.append(f"  {r.key:<{width}} {str(r.shape):<22} {dt:<16} {r.codec:<44} {check}")
+            if r.note:
+                lines.append(f"  {'':<{width}} note: {r.note}")
+        lines.append(f"  meta: {', '.join(self.meta_keys)}")
+        for note in self.notes:
+            lines.append(f"  note: {note}")
+        if self.skipped_keys:
+            lines.append(f"  left out (as asked): {', '.join(self.skipped_keys)}")
+        for msg in self.restarts:
+            lines.append(f"  restart: {msg}")
+        if self.dropped_empty_episodes:
+            lines.append(f"  dropped {len(self.dropped_empty_episodes)} zero-length source episode(s): "
+                         f"{_some(self.dropped_empty_episodes)}")
+        if self.skipped_episodes:
+            lines.append(f"  skipped {len(self.skipped_episodes)} source episode(s):")
+            lines.extend(f"    episode {s['episode']}: {s['reason']}" for s in self.skipped_episodes[:20])
+            if len(self.skipped_episodes) > 20:
+                lines.append(f"    ... ({len(self.skipped_episodes) - 20} more)")
+        ratio = self.source_bytes / self.stored_bytes if self.stored_bytes else float("nan")
+        size = f"bytes on disk: source {self.source_bytes:,}, destination {self.stored_bytes:,}"
+        lines.append(f"{size} ({ratio:.2f}x smaller)" if ratio >= 1 else f"{size} ({1 / ratio:.2f}x larger)")
+        if self.ok:
+            lines.append("verification: OK (every array checked against the source)")
+        else:
+            lines.append(f"verification: FAILED ({len(self.problems)} problem(s))")
+            lines.extend(f"  - {p}" for p in self.problems)
+        return "\n".join(lines)
+
+
+def _some(xs: list) -> str:
+    return f"{xs[:20]}{' ...' if len(xs) > 20 else ''}"

@@ -289,3 +289,63 @@ def test_an_interrupted_commit_is_not_committed_twice(monkeypatch):
                 added += 1
     assert added == 1  # the second add_episode's commit was interrupted ...
     assert list(rb.episode_ends) == [5, 10]  # ... after it had committed: once, not twice
+
+
+# ------------------------------------------------------------------- episodes streamed in parts
+@settings(max_examples=15, deadline=None)
+@given(lengths=st.lists(st.integers(1, 30), min_size=1, max_size=12), cuts=st.lists(st.integers(1, 9), min_size=1),
+       backend=st.sampled_from(["numpy", "zarr"]))
+def test_add_steps_in_any_parts_equals_add_episode(tmp_path_factory, lengths, cuts, backend):
+    rng = np.random.default_rng(sum(lengths))
+    eps = [{"obs": rng.random((n, 3)).astype("f4"), "img": rng.integers(0, 255, (n, 4, 4, 3), dtype=np.uint8)}
+           for n in lengths]
+    ref = ReplayBuffer.create_empty("numpy")
+    for e in eps:
+        ref.add_episode(e, chunks=CHUNKS)
+    root = None if backend == "numpy" else str(tmp_path_factory.mktemp("w") / "s.zarr")
+    rb = ReplayBuffer.create_empty(backend, root)
+    with rb.writer(chunks=CHUNKS, commit_interval=0) as w:
+        k = 0
+        for e in eps:
+            n, start = len(e["obs"]), 0
+            while start < n:  # parts of the sizes hypothesis drew, cycling
+                stop = min(n, start + cuts[k % len(cuts)])
+                k += 1
+                w.add_steps({key: v[start:stop] for key, v in e.items()})
+                committed_before = rb.n_episodes
+                start = stop
+            assert rb.n_episodes == committed_before  # nothing of an open episode commits
+            w.end_episode()
+    np.testing.assert_array_equal(rb.episode_ends, ref.episode_ends)
+    for key in ref.keys():
+        np.testing.assert_array_equal(rb[key][:], ref[key][:])
+
+
+def test_end_episode_and_add_steps_misuse_are_refused():
+    rb = ReplayBuffer.create_empty("numpy")
+    w = rb.writer()
+    with pytest.raises(ValueError, match="no steps were added since the last episode ended"):
+        w.end_episode()
+    w.add_steps({"x": np.zeros((3, 2), "f4")})
+    with pytest.raises(ValueError, match="an episode begun with add_steps is still open"):
+        w.add_episode({"x": np.zeros((2, 2), "f4")})
+    with pytest.raises(ValueError, match="episode lengths differ"):
+        w.add_steps({"x": np.zeros((3, 2), "f4"), "y": np.zeros(2)})
+    w.end_episode()
+    w.add_steps({"x": np.ones((4, 2), "f4")})  # never ended: dropped at close, the first episode kept
+    w.close()
+    assert rb.n_episodes == 1 and rb.n_steps == 3
+    assert rb.store.shape("data", "x")[0] == 3
+
+
+def test_stored_rows_report_what_is_on_storage(tmp_path):
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "s.zarr"))
+    with rb.writer(chunks={"img": (1, 8, 8, 3)}, commit_interval=0) as w:
+        assert w.stored_rows() == {}
+        w.add_steps({"img": np.zeros((5, 8, 8, 3), np.uint8)})
+        w.flush()
+        assert w.stored_rows() == {"img": 5}
+        assert rb.n_episodes == 0
+        np.testing.assert_array_equal(rb.store.read("data", "img", 0, 5), np.zeros((5, 8, 8, 3), np.uint8))
+        w.end_episode()
+    assert rb.n_episodes == 1

@@ -39,12 +39,25 @@ def register(sub) -> None:
                    help="leave out zero-length source episodes and record their indices in the store's "
                         "attributes; without it such a source is refused")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    owners: dict[str, str] = {}
+    owners: dict[str, tuple[str, str]] = {}  # dest -> (format, flag)
     for name, info in formats.items():
-        group = p.add_argument_group(f"{name} options")
+        group = _Recording(p.add_argument_group(f"{name} options"))
         for dest in info.entrypoint.add_arguments(group):
-            owners[dest] = name
+            owners[dest] = (name, group.flags.get(dest, "--" + dest.replace("_", "-")))
     p.set_defaults(func=run, format_options=owners)
+
+
+class _Recording:
+    """An argparse group that remembers each option's first flag by its ``dest`` (for messages)."""
+
+    def __init__(self, group):
+        self._group = group
+        self.flags: dict[str, str] = {}
+
+    def add_argument(self, *args, **kwargs):
+        action = self._group.add_argument(*args, **kwargs)
+        self.flags[action.dest] = action.option_strings[0] if action.option_strings else action.dest
+        return action
 
 
 def run(args) -> int:
@@ -58,12 +71,11 @@ def run(args) -> int:
     entry = registry.get_format(fmt) if fmt is not None else registry.guess_format(src)
     check_destination(src, dst, args.backend, args.overwrite)
     options = {}
-    for dest, owner in args.format_options.items():
+    for dest, (owner, flag) in args.format_options.items():
         value = getattr(args, dest, None)
         if value is None:
             continue
         if owner != entry.name:
-            flag = "--" + dest.replace("_", "-")
             raise ValueError(f"{flag} is an option of the {owner} format, not of {entry.name}")
         options[dest] = value
     source = entry.open(src, **options)

@@ -28,6 +28,8 @@ from .columns import arrow_step, column_array, decode_image
 from .layout import Locator, read_info, read_stats, read_tasks, read_v2_episodes, read_v3_episodes, require_pyarrow
 from .video import VideoReader, require_av
 
+#: Video codecs that store frames exactly (no "lossy when recorded" note).
+LOSSLESS_VIDEO_CODECS = frozenset({"ffv1", "png", "rawvideo", "huffyuv", "ffvhuff", "utvideo", "qtrle"})
 #: LeRobot's default tolerance (s) between a frame's time and its row's time.
 DEFAULT_TOLERANCE_S = 1e-4
 
@@ -115,19 +117,20 @@ class LeRobotSource(Source):
         self._depth = {c: bool(_video_info(features[c]).get("video.is_depth_map", False)) for c in cams}
         self._images: list[str] = []
         self._columns: list[str] = []
+        self._table_file: str | None = None
+        self._table = None
+        self._readers: dict[str, VideoReader] = {}
         self._build_keys(features, cams)
         self.tasks = read_tasks(root, self.version)
         self.attrs = {"codebase_version": self.version, "robot_type": info.get("robot_type"), "fps": self.fps,
                       "tasks": {str(k): v for k, v in sorted(self.tasks.items())}, "stats": read_stats(root),
                       "info": info, "moved_files": [list(m) for m in loc.moved]}
-        codecs = sorted({str(_video_info(features[c]).get("video.codec", "?")) for c in cams})
-        if cams:
-            self.notes.append(f"the video frames of {', '.join(cams)} were lossy when recorded ({', '.join(codecs)} "
+        lossy = [c for c in cams if str(_video_info(features[c]).get("video.codec", "?")) not in LOSSLESS_VIDEO_CODECS]
+        codecs = sorted({str(_video_info(features[c]).get("video.codec", "?")) for c in lossy})
+        if lossy:
+            self.notes.append(f"the video frames of {', '.join(lossy)} were lossy when recorded ({', '.join(codecs)} "
                               "in mp4); what is imported is their decode by PyAV (rgb24; depth as uint16), and "
-                              "the store keeps those pixels exactly unless a lossy quality is asked for")
-        self._table_file: str | None = None
-        self._table = None
-        self._readers: dict[str, VideoReader] = {}
+                              "the store keeps those decoded pixels exactly unless a lossy quality is asked for")
 
     # ------------------------------------------------------------------------------------ keys
     def _build_keys(self, features: dict[str, dict], cams: list[str]) -> None:

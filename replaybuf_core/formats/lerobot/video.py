@@ -125,6 +125,11 @@ class VideoReader:
             if t <= self._last_time:
                 raise VideoMismatchError(f"episode {episode}, camera {self.camera}: frame times of {self.path} "
                                          f"do not increase ({self._last_time!r} s then {t!r} s, at row {i})")
+            if abs(t - times[i]) > tol and (i == 0 or t - times[i - 1] > times[i] - t) and \
+                    (i + 1 == n or times[i + 1] - t > t - times[i]) and not (i == 0 and t < times[0]):
+                raise VideoMismatchError(
+                    f"episode {episode}, camera {self.camera}, row {i}: its frame in {self.path} is at {t!r} s, "
+                    f"{t - times[i]:+.6f} s from the row's time {times[i]!r} s (tolerance {tol} s)" + hint)
             if t < times[i] - tol:
                 if i == 0:  # decoding from the keyframe before the episode's first frame
                     self._last_time = t

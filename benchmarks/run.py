@@ -1,6 +1,6 @@
 """Entry point: ``python -m benchmarks [--smoke]`` — one table of medians and ratios from one run.
 
-Sections: sampling, ingest, step→episode index, bytes on disk (see each module's docstring).
+Sections: sampling, ingest, step→episode index, bytes on disk, LeRobot import (see each module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
 imports all of Push-T (206 episodes, 25,650 frames) and fits in about five minutes on 2 cores.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import zarr
 
-from . import index_bench, ingest_bench, sampling_bench
+from . import index_bench, ingest_bench, lerobot_bench, sampling_bench
 from .common import PUSHT, Table
 
 
@@ -50,6 +50,7 @@ def main(argv=None) -> int:
         ingest_bench.disk(table, src, dst)
         sampling_bench.run(table, dst, args.smoke)
         index_bench.run(table, args.smoke)
+        lerobot_bench.run(table, tmp, args.smoke)
     print(table.render())
     print(f"\n(total {time.perf_counter() - t0:.0f} s; medians; ratios measured side by side in this run)")
     return 0

@@ -237,3 +237,24 @@ def test_cli_guesses_the_format_and_names_what_it_cannot_open(tmp_path):
     r = run_cli("formats")
     assert r.returncode == 0 and "lerobot" in r.stdout and "diffusion-policy" in r.stdout
     assert not (tmp_path / "c.zarr").exists() and not (tmp_path / "d.zarr").exists()
+
+
+def test_sigterm_mid_import_leaves_nothing(tmp_path):
+    import os
+    import signal
+    import time
+
+    spec = Spec([100] * 6, fps=10, cameras={"cam": Camera(128, 160)}, episodes_per_file=3)
+    root = write_dataset(tmp_path / "ds", spec, "v3.0")
+    out = tmp_path / "out"
+    out.mkdir()
+    p = subprocess.Popen([sys.executable, "-m", "replaybuf_core.cli", "import", str(root), str(out / "o.zarr"),
+                          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any((out / n / "data").exists() for n in os.listdir(out)):
+        time.sleep(0.02)  # the build beside o.zarr has begun
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert "terminated (SIGTERM)" in err
+    assert list(out.iterdir()) == []

@@ -37,6 +37,7 @@ import numpy as np
 from .. import registry
 from ..buffer import ReplayBuffer
 from ..codec_names import describe_codec
+from ..interrupts import deferred_sigint
 from ..prefetch import prefetch
 from ..replace import build_beside
 from ..sharding import validate_image_frames_per_shard
@@ -53,10 +54,10 @@ __all__ = ["import_source", "import_dataset", "parse_episodes", "check_settings"
 #: Seconds between commits while importing (see :class:`~replaybuf_core.writer.EpisodeWriter`).
 IMPORT_COMMIT_INTERVAL = 0.25
 #: Source bytes per part of an episode (all keys): long episodes stream in parts of about this size.
-PART_BYTES = 32 * 2**20
+PART_BYTES = 16 * 2**20
 #: Raw bytes of the frames in one shard at most: large frames get fewer frames per shard, so that a
 #: shard staged for writing (and its source values kept for the check) stays this small.
-SHARD_RAW_BYTES = 32 * 2**20
+SHARD_RAW_BYTES = 16 * 2**20
 SOURCE_EPISODE_INDEX = "source_episode_index"
 EPISODE_ATTRS = "episode_attrs"
 
@@ -337,33 +338,26 @@ def _image_frames_per_shard(spec_shape: tuple[int, ...], requested: int | None) 
 def _import_once(source: Source, entry: Any, path: Path, keys: list[str], indices: list[int], n_steps: int,
                  kept: dict[str, str], settings: dict, progress: bool, replace: bool,
                  provenance: dict[str, Any]) -> tuple[dict[str, KeyPlan], Checker, list]:
-    dst = entry.create(os.fspath(path), if_exists="replace" if replace else "raise")
-    _no_cache(dst)
-    plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["lossy_quality"],
-                         _image_frames_per_shard(source.keys[k].shape, settings["frames_per_shard"]), kept)
-             for k in keys}
-    for key, p in plans.items():
-        dst.create_array("data", key, shape=(0,) + p.shape[1:], dtype=p.dtype, chunks=p.chunks,
-                         codec=p.codec, shards=p.shards, fill_value=None if p.dtype == object else 0)
-    for name, values in _meta_arrays(source, indices).items():
-        _write_meta(dst, name, values)
-    ReplayBuffer._ensure_episode_ends(dst)
-    conversions = {
-        p.key: {"source_dtype": str(p.src_dtype), "converted_to": "uint8", "codec": describe_codec(p.codec)}
-        for p in plans.values() if p.converted
-    }
-    dst.set_attrs("data", _jsonable({
-        "conversions": conversions,
-        "import": {**provenance, "kept_dtype": dict(kept)},
-        "fps": source.fps,
-        "source_attrs": source.attrs,
-        "key_attrs": {k: dict(source.keys[k].attrs) for k in keys if source.keys[k].attrs},
-    }))
-    rb = ReplayBuffer(dst)
-    # The final length is known: size every data array once.  The rows stay uncommitted until the
-    # writer commits their episodes; a crash leaves rows past episode_ends that the next open trims.
-    for key in keys:
-        dst.resize("data", key, n_steps)
+    # Setting up is not cut by Ctrl-C / SIGTERM: an interrupted zarr call would go on writing in
+    # zarr's event-loop thread after the build beside the destination was removed.
+    rb = None
+    try:
+        with deferred_sigint():  # a signal held meanwhile is raised at its end, inside this try
+            dst = entry.create(os.fspath(path), if_exists="replace" if replace else "raise")
+            try:
+                rb, plans = _set_up(source, dst, keys, indices, n_steps, kept, settings, provenance)
+            except BaseException:
+                dst.close()
+                raise
+        return _stream(source, rb, plans, keys, indices, n_steps, settings, progress)
+    finally:
+        if rb is not None:
+            rb.close()  # releases the destination's writer lock and its open files
+
+
+def _stream(source: Source, rb: ReplayBuffer, plans: dict[str, KeyPlan], keys: list[str], indices: list[int],
+            n_steps: int, settings: dict, progress: bool) -> tuple[dict[str, KeyPlan], Checker, list]:
+    """Stream the episodes through the writer and check every stored row (see the module docstring)."""
     converted = [k for k, p in plans.items() if p.converted]
     lengths = source.episode_lengths
     bounds: list[tuple[int, int, int]] = []
@@ -413,8 +407,40 @@ def _import_once(source: Source, entry: Any, path: Path, keys: list[str], indice
     finally:
         if bar is not None:
             bar.close()
-        rb.close()  # releases the destination's writer lock and its open files
     return plans, checker, bounds
+
+
+def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_steps: int, kept: dict[str, str],
+            settings: dict, provenance: dict[str, Any]) -> tuple[ReplayBuffer, dict[str, KeyPlan]]:
+    """Create the arrays, meta and attributes of a new destination; returns the buffer on it and the
+    plan of each key."""
+    _no_cache(dst)
+    plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["lossy_quality"],
+                         _image_frames_per_shard(source.keys[k].shape, settings["frames_per_shard"]), kept)
+             for k in keys}
+    for key, p in plans.items():
+        dst.create_array("data", key, shape=(0,) + p.shape[1:], dtype=p.dtype, chunks=p.chunks,
+                         codec=p.codec, shards=p.shards, fill_value=None if p.dtype == object else 0)
+    for name, values in _meta_arrays(source, indices).items():
+        _write_meta(dst, name, values)
+    ReplayBuffer._ensure_episode_ends(dst)
+    conversions = {
+        p.key: {"source_dtype": str(p.src_dtype), "converted_to": "uint8", "codec": describe_codec(p.codec)}
+        for p in plans.values() if p.converted
+    }
+    dst.set_attrs("data", _jsonable({
+        "conversions": conversions,
+        "import": {**provenance, "kept_dtype": dict(kept)},
+        "fps": source.fps,
+        "source_attrs": source.attrs,
+        "key_attrs": {k: dict(source.keys[k].attrs) for k in keys if source.keys[k].attrs},
+    }))
+    rb = ReplayBuffer(dst)
+    # The final length is known: size every data array once.  The rows stay uncommitted until the
+    # writer commits their episodes; a crash leaves rows past episode_ends that the next open trims.
+    for key in keys:
+        dst.resize("data", key, n_steps)
+    return rb, plans
 
 
 def _part_length(source: Source, index: int, part: dict[str, np.ndarray], keys: list[str]) -> int:

@@ -1,0 +1,103 @@
+"""LeRobot import: time against its floor, and peak memory against episode length.
+
+The dataset is written here (``replaybuf_core.testing.lerobot_writer``, LeRobot v3.0 layout): two
+cameras of 480×640 at 30 fps, x264 in mp4 — the size of a real tabletop dataset.  *Floor*: decoding
+every source frame with PyAV (one decode thread per video in turn) while encoding every frame to
+WebP with the import's settings on a thread pool of the codec pool's size — nothing else (no
+parquet, no matching, no writing, no checking).  Import and floor alternate (medians).  Peak RSS
+(VmHWM of a fresh interpreter) is measured on one episode of ``N`` and of ``3N`` frames: streaming
+keeps it flat, whatever the length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .common import Table
+
+_CHILD = """
+import json, sys, time
+from replaybuf_core.importing import import_dataset
+t = time.perf_counter()
+report = import_dataset(sys.argv[1], sys.argv[2], progress=False, overwrite=True)
+dt = time.perf_counter() - t
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"seconds": dt, "ok": report.ok, "maxrss_kb": hwm, "steps": report.n_steps}))
+"""
+
+
+def _import(src: Path, dst: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(dst)], check=True, capture_output=True,
+                         text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _dataset(root: Path, lengths: list[int], h: int, w: int) -> Path:
+    from replaybuf_core.testing.lerobot_writer import Camera, Spec, write_dataset
+
+    spec = Spec(lengths, fps=30, cameras={"observation.images.top": Camera(h, w, gop=30),
+                                          "observation.images.wrist": Camera(h, w, gop=30)},
+                episodes_per_file=len(lengths), state_dim=14)
+    return write_dataset(root, spec, "v3.0")
+
+
+def floor(src: Path) -> float:
+    """Seconds to decode every frame of every video under ``src`` and WebP-encode it (see above)."""
+    import av
+    import imagecodecs
+
+    from replaybuf_zarr.codecs.webp import LOSSLESS_LEVEL, WEBP_METHOD
+
+    videos = sorted(src.rglob("*.mp4"))
+    t = time.perf_counter()
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        futures = []
+        for v in videos:
+            with av.open(str(v)) as c:
+                s = c.streams.video[0]
+                s.thread_type = "AUTO"
+                for f in c.decode(s):
+                    futures.append(pool.submit(imagecodecs.webp_encode, f.to_ndarray(format="rgb24"),
+                                               level=LOSSLESS_LEVEL, lossless=True, method=WEBP_METHOD))
+        for f in futures:
+            f.result()
+    return time.perf_counter() - t
+
+
+def run(table: Table, tmp: Path, smoke: bool) -> None:
+    try:
+        import av  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        table.add("lerobot", "skipped: pip install 'replaybuf[lerobot]'", 0, "")
+        return
+    h, w = (96, 128) if smoke else (480, 640)
+    n = 10 if smoke else 90
+    src = _dataset(tmp / "lerobot_src", [n, n], h, w)
+    imports, floors = [], []
+    for _ in range(1 if smoke else 2):
+        imports.append(_import(src, tmp / "lerobot.zarr"))
+        floors.append(floor(src))
+    if not all(r["ok"] for r in imports):
+        raise RuntimeError("the LeRobot benchmark import failed its verification")
+    t_import, t_floor = statistics.median(r["seconds"] for r in imports), statistics.median(floors)
+    frames = 2 * imports[0]["steps"]
+    table.add("lerobot", f"import, 2 cameras {h}x{w} ({frames} frames, verified)", t_import, "s")
+    table.add("lerobot", "floor: PyAV decode + WebP encode, same threads", t_floor, "s")
+    short = _import(_dataset(tmp / "lerobot_short", [n], h, w), tmp / "short.zarr")
+    long = _import(_dataset(tmp / "lerobot_long", [3 * n], h, w), tmp / "long.zarr")
+    rss_short, rss_long = short["maxrss_kb"] / 1024, long["maxrss_kb"] / 1024
+    table.add("lerobot", f"peak RSS, one episode of {n} frames", rss_short, "MB", "{:.0f}")
+    table.add("lerobot", f"peak RSS, one episode of {3 * n} frames", rss_long, "MB", "{:.0f}")
+    r = t_floor / t_import
+    table.ratio("lerobot", "floor / import time", r, ">= 0.7", r >= 0.7)
+    table.ratio("lerobot", f"peak RSS (MB), {3 * n}-frame episode", rss_long, "< 1000", rss_long < 1000)
+    g = rss_long / rss_short
+    table.ratio("lerobot", "peak RSS, 3x longer episode / shorter", g, "< 1.5 (flat)", g < 1.5)

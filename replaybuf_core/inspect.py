@@ -99,12 +99,13 @@ def format_info(info: dict[str, Any]) -> str:
     if el:
         out.append(f"episode length: min {el['min']}, median {el['median']:g}, max {el['max']}")
     out.append("data:")
-    out.append(f"  {'key':<12} {'shape':<20} {'dtype':<8} {'chunks':<18} {'shards':<18} {'stored':>12} "
+    w = max([12] + [len(k) for k in info["data"]])
+    out.append(f"  {'key':<{w}} {'shape':<20} {'dtype':<8} {'chunks':<18} {'shards':<18} {'stored':>12} "
                f"{'ratio':>7}  codec")
     for key, d in info["data"].items():
         stored = f"{d['stored_bytes']:,}" if d["stored_bytes"] is not None else "?"
         ratio = f"{d['compression_ratio']:.2f}x" if d["compression_ratio"] else "-"
-        out.append(f"  {key:<12} {str(tuple(d['shape'])):<20} {d['dtype']:<8} "
+        out.append(f"  {key:<{w}} {str(tuple(d['shape'])):<20} {d['dtype']:<8} "
                    f"{str(tuple(d['chunks'])) if d['chunks'] else '-':<18} "
                    f"{str(tuple(d['shards'])) if d['shards'] else '-':<18} {stored:>12} {ratio:>7}  {d['codec']}")
     if info["total_stored_bytes"]:

@@ -1,0 +1,104 @@
+"""The import's arguments, checked before anything is read or written: which episodes, the codec
+settings, and whether the destination is a place an import may write."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import registry
+from ..sharding import validate_image_frames_per_shard
+
+
+def parse_episodes(spec: Any, n: int) -> list[int]:
+    """Source episode indices chosen by ``spec``: None (all), an int, an iterable of ints, or text
+    such as ``"0:10"``, ``"5"``, ``"0:10,20,30:"`` (Python slices, negative indices from the end).
+
+    Raises:
+        ValueError: an index out of ``0..n-1``, a repeated index, or unreadable text (named).
+        TypeError: ``spec`` of another type.
+    """
+    if spec is None:
+        return list(range(n))
+    if isinstance(spec, (bool, np.bool_)):
+        raise TypeError(f"episodes must be indices or text like '0:10', got {spec!r}")
+    if isinstance(spec, (int, np.integer)):
+        spec = [int(spec)]
+    if isinstance(spec, str):
+        out: list[int] = []
+        for part in (p.strip() for p in spec.split(",")):
+            try:
+                if ":" in part:
+                    bits = [int(b) if b.strip() else None for b in part.split(":")]
+                    if len(bits) > 3:
+                        raise ValueError(part)
+                    out.extend(range(n)[slice(*bits)])
+                else:
+                    out.append(int(part))
+            except ValueError:
+                raise ValueError(f"episodes: cannot read {part!r} (use indices and slices such as "
+                                 "'0:10,20,30:')") from None
+        spec = out
+    if not isinstance(spec, Iterable):
+        raise TypeError(f"episodes must be indices or text like '0:10', got {type(spec).__name__}")
+    chosen = []
+    for i in spec:
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"episodes: {i!r} is not an episode index")
+        j = int(i) + n if int(i) < 0 else int(i)
+        if not 0 <= j < n:
+            raise ValueError(f"episodes: index {int(i)} is out of range; the source has {n} episodes (0..{n - 1})")
+        chosen.append(j)
+    if len(set(chosen)) != len(chosen):
+        dup = sorted({i for i in chosen if chosen.count(i) > 1})
+        raise ValueError(f"episodes: index(es) {dup[:10]} chosen more than once")
+    return chosen
+
+
+def check_settings(lossy_quality: Any, image_frames_per_shard: Any) -> tuple[int | None, int | None]:
+    """``(lossy_quality, image_frames_per_shard)`` checked (callers check them before opening a
+    source).  Raises TypeError / ValueError naming the setting."""
+    fps = validate_image_frames_per_shard(image_frames_per_shard)
+    if lossy_quality is not None:
+        if isinstance(lossy_quality, bool) or not isinstance(lossy_quality, (int, np.integer)):
+            raise TypeError(f"lossy_quality must be an int 0..100 or None, got {lossy_quality!r}")
+        if not 0 <= int(lossy_quality) <= 100:
+            raise ValueError(f"lossy_quality must be in 0..100, got {lossy_quality}")
+        lossy_quality = int(lossy_quality)
+    return lossy_quality, fps
+
+
+def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: str = "zarr",
+                      overwrite: bool = False) -> tuple[Path, Path]:
+    """``(source path, destination path)``, resolved, once ``dst`` is known to be a place an import
+    may write (callers check it before opening a source).
+
+    Raises:
+        ValueError: ``dst`` is a URL, the source, or inside the source.
+        FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a ``backend`` store.
+        BackendNotFoundError: no backend called ``backend``.
+    """
+    entry = registry.get_backend(backend)
+    if "://" in os.fspath(dst):
+        raise ValueError(f"{os.fspath(dst)} is a URL; imports write local paths only")
+    src_path = Path(os.path.expanduser(os.fspath(src))).resolve()
+    dst_path = Path(os.path.expanduser(os.fspath(dst))).resolve()
+    if dst_path == src_path or src_path in dst_path.parents:
+        raise ValueError(f"the destination {dst_path} must not be the source or inside it ({src_path})")
+    if dst_path.exists():
+        if not overwrite:
+            raise FileExistsError(f"{dst_path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+        if not _is_store(entry, dst_path):
+            raise FileExistsError(f"{dst_path} already exists and is not a {backend} store; refusing to replace it")
+    return src_path, dst_path
+
+
+def _is_store(entry: Any, path: Path) -> bool:
+    try:
+        return bool(entry.guess_can_open(os.fspath(path)))
+    except Exception:
+        return False

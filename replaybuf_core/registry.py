@@ -164,12 +164,16 @@ def get_backend(name: str) -> BackendEntrypoint:
         TypeError: ``name`` is not a string.
         BackendNotFoundError: no installed backend has that name (the message lists those installed).
     """
+    return _lookup(_backends(), name, "backend", BackendNotFoundError, _installed_text)
+
+
+def _lookup(found: dict, name: Any, what: str, error: type, installed) -> Any:
     if not isinstance(name, str):
-        raise TypeError(f"backend name must be a str, got {type(name).__name__} {name!r}")
+        raise TypeError(f"{what} name must be a str, got {type(name).__name__} {name!r}")
     try:
-        return _backends()[name].entrypoint
+        return found[name].entrypoint
     except KeyError:
-        raise BackendNotFoundError(f"no replaybuf backend named {name!r}; {_installed_text()}") from None
+        raise error(f"no replaybuf {what} named {name!r}; {installed()}") from None
 
 
 def guess_backend(obj: Any) -> BackendEntrypoint:
@@ -246,12 +250,7 @@ def get_format(name: str) -> FormatEntrypoint:
         TypeError: ``name`` is not a string.
         FormatNotFoundError: no installed format has that name (the message lists those installed).
     """
-    if not isinstance(name, str):
-        raise TypeError(f"format name must be a str, got {type(name).__name__} {name!r}")
-    try:
-        return _formats()[name].entrypoint
-    except KeyError:
-        raise FormatNotFoundError(f"no replaybuf import format named {name!r}; {_formats_text()}") from None
+    return _lookup(_formats(), name, "import format", FormatNotFoundError, _formats_text)
 
 
 def guess_format(path: str | os.PathLike) -> FormatEntrypoint:

@@ -32,14 +32,21 @@ from typing import Any
 SUPPORTED_VERSIONS = ("v2.0", "v2.1", "v3.0")
 
 
-def require_pyarrow():
-    """Import ``pyarrow.parquet``, or raise ImportError naming the extra that installs it."""
+def require(module: str, what: str):
+    """Import ``module`` (a reader of the ``lerobot`` extra), or raise ImportError saying what
+    needs it and how to install it."""
+    import importlib
+
     try:
-        import pyarrow.parquet as pq
+        return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - the test extra installs it
-        raise ImportError("reading LeRobot datasets needs pyarrow: pip install 'replaybuf[lerobot]' "
+        raise ImportError(f"{what} needs {module.split('.')[0]}: pip install 'replaybuf[lerobot]' "
                           "(or pip install pyarrow av)") from exc
-    return pq
+
+
+def require_pyarrow():
+    """``pyarrow.parquet``, or ImportError naming the extra that installs it."""
+    return require("pyarrow.parquet", "reading LeRobot datasets")
 
 
 def read_info(root: Path) -> dict[str, Any]:

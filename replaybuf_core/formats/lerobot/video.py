@@ -28,13 +28,10 @@ class VideoMismatchError(ValueError):
 
 
 def require_av():
-    """Import PyAV, or raise ImportError naming the extra that installs it."""
-    try:
-        import av
-    except ImportError as exc:  # pragma: no cover - the test extra installs it
-        raise ImportError("reading LeRobot videos needs PyAV: pip install 'replaybuf[lerobot]' "
-                          "(or pip install av)") from exc
-    return av
+    """PyAV, or ImportError naming the extra that installs it."""
+    from .layout import require
+
+    return require("av", "reading LeRobot videos")
 
 
 GRAY_FORMATS = {"gray", "gray10le", "gray12le", "gray16le", "gray10be", "gray12be", "gray16be"}

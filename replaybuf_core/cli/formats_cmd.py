@@ -8,7 +8,7 @@ import json
 from .. import registry
 
 #: what each extra's readers are (to say whether a format can run here)
-_EXTRA_MODULES = {"lerobot": ("pyarrow", "av"), "hdf5": ("h5py",)}
+_EXTRA_MODULES = {"lerobot": ("pyarrow", "av"), "hdf5": ("h5py", "hdf5plugin")}
 
 
 def register(sub) -> None:

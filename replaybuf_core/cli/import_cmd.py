@@ -39,22 +39,28 @@ def register(sub) -> None:
                    help="leave out zero-length source episodes and record their indices in the store's "
                         "attributes; without it such a source is refused")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    owners: dict[str, tuple[str, str]] = {}  # dest -> (format, flag)
+    owners: dict[str, tuple[list[str], str]] = {}  # dest -> (formats taking it, flag)
+    flags: dict[str, str] = {}
     for name, info in formats.items():
-        group = _Recording(p.add_argument_group(f"{name} options"))
+        group = _Recording(p.add_argument_group(f"{name} options"), flags)
         for dest in info.entrypoint.add_arguments(group):
-            owners[dest] = (name, group.flags.get(dest, "--" + dest.replace("_", "-")))
+            names = owners.get(dest, ([], ""))[0]
+            owners[dest] = (names + [name], flags.get(dest, "--" + dest.replace("_", "-")))
     p.set_defaults(func=run, format_options=owners)
 
 
 class _Recording:
-    """An argparse group that remembers each option's first flag by its ``dest`` (for messages)."""
+    """An argparse group that remembers each option's first flag by its ``dest`` (for messages);
+    an option several formats take (``--missing-keys``) is added once, by the first."""
 
-    def __init__(self, group):
+    def __init__(self, group, flags: dict[str, str]):
         self._group = group
-        self.flags: dict[str, str] = {}
+        self.flags = flags
 
     def add_argument(self, *args, **kwargs):
+        dest = kwargs.get("dest")
+        if dest is not None and dest in self.flags:
+            return None  # added by an earlier format
         action = self._group.add_argument(*args, **kwargs)
         self.flags[action.dest] = action.option_strings[0] if action.option_strings else action.dest
         return action
@@ -75,8 +81,9 @@ def run(args) -> int:
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if owner != entry.name:
-            raise ValueError(f"{flag} is an option of the {owner} format, not of {entry.name}")
+        if entry.name not in owner:
+            raise ValueError(f"{flag} is an option of the {' and '.join(owner)} format{'s' if len(owner) > 1 else ''}, "
+                             f"not of {entry.name}")
         options[dest] = value
     source = entry.open(src, **options)
     try:

@@ -42,7 +42,7 @@ from ..prefetch import prefetch
 from ..replace import build_beside
 from .arguments import check_destination, check_settings, parse_episodes
 from .check import Checker, psnr_db, same_bits
-from .plan import KeyPlan, plan_key
+from .plan import KeyPlan, native, plan_key
 from .report import ImportReport, KeyReport
 from .source import Source, _disk_bytes
 from .uint8_exact import as_uint8_if_lossless, first_bad_value
@@ -269,6 +269,7 @@ def _stream(source: Source, rb: ReplayBuffer, plans: dict[str, KeyPlan], keys: l
             n_steps: int, settings: dict, progress: bool) -> tuple[dict[str, KeyPlan], Checker, list]:
     """Stream the episodes through the writer and check every stored row (see the module docstring)."""
     converted = [k for k, p in plans.items() if p.converted]
+    reorder = {k: p.dtype for k, p in plans.items() if not p.converted and p.dtype != p.src_dtype}  # byte order
     lengths = source.episode_lengths
     bounds: list[tuple[int, int, int]] = []
 
@@ -285,6 +286,8 @@ def _stream(source: Source, rb: ReplayBuffer, plans: dict[str, KeyPlan], keys: l
                         raise _NotLossless(key, src_index, row - start + bad,
                                            f"holds {first_bad_value(part[key][bad])!r}, not an integer in 0..255")
                     part[key] = u
+                for key, dtype in reorder.items():
+                    part[key] = part[key].astype(dtype)  # the same values in native byte order
                 yield ep, row, part
                 row += n
             if row - start != int(lengths[src_index]):
@@ -335,8 +338,9 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
         _write_meta(dst, name, values)
     ReplayBuffer._ensure_episode_ends(dst)
     conversions = {
-        p.key: {"source_dtype": str(p.src_dtype), "converted_to": "uint8", "codec": describe_codec(p.codec)}
-        for p in plans.values() if p.converted
+        p.key: {"source_dtype": p.src_dtype.str if p.src_dtype.byteorder not in "=|" else str(p.src_dtype),
+                "converted_to": str(p.dtype), "codec": describe_codec(p.codec)}
+        for p in plans.values() if p.converted or p.dtype != p.src_dtype
     }
     dst.set_attrs("data", _jsonable({
         "conversions": conversions,
@@ -364,9 +368,20 @@ def _part_length(source: Source, index: int, part: dict[str, np.ndarray], keys: 
 
 def _meta_arrays(source: Source, indices: list[int]) -> dict[str, np.ndarray]:
     out = dict(source.meta_arrays())
+    for name, values in source.episode_meta(indices).items():
+        if name in out:
+            raise ValueError(f"{source.format_name} source: meta array {name!r} is given twice")
+        if len(values) != len(indices):
+            raise ValueError(f"{source.format_name} source: meta array {name!r} has {len(values)} rows for "
+                             f"{len(indices)} episodes")
+        out[name] = values
     for reserved in ("episode_ends", SOURCE_EPISODE_INDEX, EPISODE_ATTRS):
         if reserved in out:
             raise ValueError(f"{source.format_name} source: meta array name {reserved!r} is the import's own")
+    for name, values in out.items():  # native byte order, as data keys (the same values)
+        values = np.asarray(values)
+        if values.dtype.byteorder not in "=|":
+            out[name] = values.astype(native(values.dtype))
     out[SOURCE_EPISODE_INDEX] = np.asarray([source.episode_id(i) for i in indices], dtype=np.int64)
     attrs = [source.episode_attrs(i) for i in indices]
     if any(attrs):

@@ -9,6 +9,9 @@
 * ``numbers``: the source dtype, Blosc lz4 (the ``"default"`` preset), chunks of about 2 MB
   (:func:`~replaybuf_core.chunks.get_optimal_chunks`).
 * ``strings``: text arrays, uncompressed.
+
+Values in a non-native byte order (big-endian HDF5 datasets) are stored in native order: the same
+values bit for bit; the source dtype is recorded (``conversions`` attribute).
 """
 
 from __future__ import annotations
@@ -45,13 +48,23 @@ class KeyPlan:
     note: str | None = None
 
 
+def native(dtype: np.dtype) -> np.dtype:
+    """``dtype`` in this machine's byte order (stores keep native-order values; an HDF5 source may
+    hold big-endian ones)."""
+    dtype = np.dtype(dtype)
+    return dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+
+
 def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, lossy_quality: int | None,
              frames_per_shard: int | None, kept: dict[str, str]) -> KeyPlan:
     """The :class:`KeyPlan` of ``key`` (``n_steps`` rows in all) on the destination backend ``dst``.
     ``kept``: keys whose conversion to uint8 failed its proof (key → why); they keep their dtype."""
     shape = (int(n_steps),) + spec.shape
-    dtype = spec.dtype
+    dtype = native(spec.dtype)
     note = kept.get(key)
+    if dtype != spec.dtype and note is None:
+        note = (f"byte order: the source's {spec.dtype.str} is stored as native {dtype} (the same values, bit "
+                "for bit; the source dtype is recorded in the conversions attribute)")
     image_codec = getattr(dst, "image_codec", None)
     frames = spec.kind == "frames" and is_frame_shape(shape)
     if frames and (dtype == np.uint8 or (dtype.kind in "iuf" and not keep_dtype and key not in kept)):
@@ -62,7 +75,7 @@ def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, 
             lossy = lossy_quality is not None
         else:  # a backend without an image codec: exact frames, compressed as numbers
             codec, shards, lossy = resolve_compressor("default"), None, False
-        return KeyPlan(key, spec, shape, dtype, np.dtype(np.uint8), chunks, shards, codec, True,
+        return KeyPlan(key, spec, shape, spec.dtype, np.dtype(np.uint8), chunks, shards, codec, True,
                        dtype != np.uint8, lossy, note)
     if frames and dtype.kind in "iuf" and keep_dtype and note is None:
         note = f"kept as {dtype} (keep_dtype)"
@@ -70,4 +83,4 @@ def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, 
         note = f"depth: {dtype}, lossless Blosc (WebP holds 8 bits only)"
     chunks = get_optimal_chunks((max(shape[0], 1),) + shape[1:], dtype)
     codec = None if dtype == object else resolve_compressor("default")
-    return KeyPlan(key, spec, shape, dtype, dtype, chunks, None, codec, False, False, False, note)
+    return KeyPlan(key, spec, shape, spec.dtype, dtype, chunks, None, codec, False, False, False, note)

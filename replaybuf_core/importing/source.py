@@ -121,6 +121,12 @@ class Source:
         per-episode statistics...); kept as one JSON string per episode in ``meta/episode_attrs``."""
         return {}
 
+    def episode_meta(self, indices: list[int]) -> dict[str, np.ndarray]:
+        """Meta arrays with one row per episode, for the episodes ``indices`` in that order (masks
+        such as robomimic's ``train``/``valid``, final observations, per-episode values); the
+        import writes them beside ``episode_ends`` so they follow the episodes chosen."""
+        return {}
+
     def meta_arrays(self) -> dict[str, np.ndarray]:
         """Arrays to copy as they are into the destination's ``meta`` group (never ``episode_ends``)."""
         return {}

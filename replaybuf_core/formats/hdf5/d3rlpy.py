@@ -1,0 +1,184 @@
+"""The ``d3rlpy`` import format: dataset files of d3rlpy's ``MDPDataset.dump`` / ``ReplayBuffer.dump``.
+
+Two layouts (d3rlpy's ``dataset/io.py``):
+
+* **v1** (d3rlpy < 2): flat datasets ``observations``, ``actions``, ``rewards``, ``terminals``,
+  optional ``episode_terminals``, and ``discrete_action``.  Episodes are split as d3rlpy's
+  ``load_v1`` splits them: an episode ends at every step whose ``terminals`` or
+  ``episode_terminals`` flag is set (d3rlpy's timeouts are ``episode_terminals & ~terminals``).
+  The steps after the last flag, which d3rlpy drops, are left out too — and reported (count and
+  rows), never silently.
+* **v2** (``version`` "2.x"): ``columns`` (names), ``num_episodes``, and per episode ``<column>_<i>``
+  datasets, or ``<column>_<i>_<j>`` for tuple observations (imported as keys ``<column>.<j>``).
+  Per-episode scalars (``terminated``) go to ``meta/episode.<column>``.
+
+Every dataset is read as stored (dtype and byte order); scalars such as ``version`` and
+``discrete_action`` go to the attributes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+from ...importing.source import FormatEntrypoint, KeySpec, Source
+from .common import attrs_of, is_hdf5, jsonable, open_file, read
+from .episodes import _kind
+
+V1_STEP_KEYS = ("observations", "actions", "rewards", "terminals", "episode_terminals")
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class D3rlpySource(Source):
+    """A d3rlpy dataset file (see the module docstring).
+
+    Raises:
+        FileNotFoundError, ValueError (neither layout; datasets of different lengths, a missing
+        ``<column>_<i>``, named), ImportError (h5py).
+    """
+
+    format_name = "d3rlpy"
+
+    def __init__(self, path):
+        super().__init__(os.path.abspath(os.path.expanduser(os.fspath(path))))
+        self.file = f = open_file(self.path)
+        self.attrs = {"file": attrs_of(f)}
+        if "columns" in f and "num_episodes" in f:
+            self._init_v2(f)
+        elif "observations" in f and "actions" in f:
+            self._init_v1(f)
+        else:
+            f.close()
+            raise ValueError(f"{self.path}: not a d3rlpy dataset (neither columns/num_episodes nor "
+                             "observations/actions)")
+
+    # ------------------------------------------------------------------------------------ v1
+    def _init_v1(self, f) -> None:
+        self.layout = "v1"
+        steps = {k: f[k] for k in f.keys() if hasattr(f[k], "shape") and f[k].shape and k in V1_STEP_KEYS}
+        n = f["observations"].shape[0]
+        wrong = {k: ds.shape[0] for k, ds in steps.items() if ds.shape[0] != n}
+        if wrong:
+            raise ValueError(f"{self.path}: datasets of different lengths: observations {n}, {wrong}")
+        for k in f.keys():
+            if k not in steps:
+                v = f[k][()] if hasattr(f[k], "shape") else None
+                self.attrs[k] = jsonable(v)
+        flags = read(f["terminals"], self.path).reshape(n, -1)[:, 0].astype(bool)
+        if "episode_terminals" in steps:
+            flags = flags | read(f["episode_terminals"], self.path).reshape(n, -1)[:, 0].astype(bool)
+        ends = np.flatnonzero(flags) + 1
+        self._v1 = {k: read(ds, self.path) for k, ds in steps.items()}
+        self._starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if len(ends) else np.zeros(0, np.int64)
+        self.episode_lengths = (ends - self._starts).astype(np.int64)
+        rest = n - (int(ends[-1]) if len(ends) else 0)
+        if rest:
+            first = int(ends[-1]) if len(ends) else 0
+            self.notes.append(f"the last {rest} step(s) (rows {first}..{n - 1}) follow the last terminal flag: "
+                              "d3rlpy drops them, and so does this import")
+            self.skipped.append({"episode": "after the last flag", "reason": f"{rest} steps (rows {first}..{n - 1}) "
+                                 "with no terminal flag"})
+        for k, a in self._v1.items():
+            self.keys[k] = KeySpec(a.dtype, a.shape[1:], _kind(a.dtype, a.shape[1:]), {"source_path": k})
+        self.attrs["layout"] = "v1"
+
+    # ------------------------------------------------------------------------------------ v2
+    def _init_v2(self, f) -> None:
+        self.layout = "v2"
+        columns = [_text(c) for c in f["columns"][()]]
+        n_ep = int(f["num_episodes"][()])
+        self.attrs.update(layout="v2", version=_text(f["version"][()]) if "version" in f else None,
+                          columns=columns)
+        self._v2: list[dict[str, str]] = []  # per episode: key -> dataset name
+        lengths, scalars = [], {}
+        for i in range(n_ep):
+            names: dict[str, str] = {}
+            for c in columns:
+                if f"{c}_{i}" in f:
+                    names[c] = f"{c}_{i}"
+                else:
+                    j = 0
+                    while f"{c}_{i}_{j}" in f:
+                        names[f"{c}.{j}"] = f"{c}_{i}_{j}"
+                        j += 1
+                    if j == 0:
+                        raise ValueError(f"{self.path}: episode {i} has no dataset {c}_{i} (nor {c}_{i}_0)")
+            self._v2.append(names)
+            step = {k: f[d] for k, d in names.items() if f[d].shape}
+            t = {k: ds.shape[0] for k, ds in step.items()}
+            if len(set(t.values())) > 1:
+                # rewards / observations are T rows; a column of another length is per episode
+                common = max(set(t.values()), key=list(t.values()).count)
+            else:
+                common = next(iter(t.values()), 0)
+            lengths.append(common)
+            for k in names:
+                if not f[names[k]].shape or f[names[k]].shape[0] != common:
+                    scalars.setdefault(k, set()).add(i)
+        self.episode_lengths = np.array(lengths, dtype=np.int64)
+        self._scalars = sorted(scalars)
+        first = self._v2[0] if self._v2 else {}
+        for k, d in first.items():
+            if k in scalars:
+                continue
+            ds = f[d]
+            for i, names in enumerate(self._v2):
+                other = f[names[k]]
+                if other.dtype != ds.dtype or other.shape[1:] != ds.shape[1:]:
+                    raise ValueError(f"{self.path}: {names[k]} is {other.dtype} {other.shape[1:]} per step, "
+                                     f"{d} is {ds.dtype} {ds.shape[1:]}")
+            self.keys[k] = KeySpec(ds.dtype, ds.shape[1:], _kind(ds.dtype, tuple(ds.shape[1:])), {"source_path": d})
+
+    # ------------------------------------------------------------------------------------ reading
+    def read_episode(self, index: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
+        if not 0 <= index < self.n_episodes:
+            raise IndexError(f"episode {index} out of range: {self.path} has {self.n_episodes} episodes")
+        keys = list(keys or self.keys)
+        if self.layout == "v1":
+            s = int(self._starts[index])
+            e = s + int(self.episode_lengths[index])
+            return {k: self._v1[k][s:e] for k in keys}
+        return {k: read(self.file[self._v2[index][k]], self.path) for k in keys}
+
+    def episode_meta(self, indices: list[int]) -> dict[str, np.ndarray]:
+        if self.layout != "v2":
+            return {}
+        return {f"episode.{k}": np.stack([np.asarray(read(self.file[self._v2[i][k]], self.path)) for i in indices])
+                for k in self._scalars}
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class D3rlpyFormat(FormatEntrypoint):
+    """``d3rlpy``: an HDF5 file of d3rlpy's v1 or v2 dataset layout."""
+
+    name = "d3rlpy"
+    description = "d3rlpy dataset file (v1: observations/actions/terminals; v2: columns + <column>_<i>)"
+    requires = "hdf5"
+
+    def guess_can_open(self, path) -> bool:
+        p = os.path.expanduser(os.fspath(path))
+        if not (os.path.isfile(p) and is_hdf5(p)):
+            return False
+        try:
+            with open_file(p) as f:
+                keys = set(f.keys())
+        except Exception:
+            return False
+        return {"columns", "num_episodes"} <= keys or ({"observations", "actions", "terminals"} <= keys
+                                                       and not any(re.match(r"^(demo|traj|episode)_\d+$", k)
+                                                                   for k in keys))
+
+    def open(self, path, **options: Any) -> D3rlpySource:
+        if options:
+            raise TypeError(f"the d3rlpy format takes no options, got {sorted(options)}")
+        return D3rlpySource(path)

@@ -57,6 +57,19 @@ def is_hdf5(path: str | os.PathLike) -> bool:
         return False
 
 
+def member_names(path: str | os.PathLike, group: str = "/") -> list[str] | None:
+    """The names in ``group`` of the HDF5 file at ``path``, or None when it is not a readable HDF5
+    file holding that group (what the formats' ``guess_can_open`` look at; never raises)."""
+    p = os.path.expanduser(os.fspath(path))
+    if not (os.path.isfile(p) and is_hdf5(p)):
+        return None
+    try:
+        with open_file(p) as f:
+            return list(f[group].keys()) if group in f else None
+    except Exception:
+        return None
+
+
 def natural_key(name: str) -> tuple:
     """Sort key putting ``demo_10`` after ``demo_9`` (robomimic's order; h5py lists names as text)."""
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...importing.source import FormatEntrypoint, KeySpec, Source
-from .common import attrs_of, is_hdf5, jsonable, open_file, read
+from .common import attrs_of, jsonable, member_names, open_file, read
 from .episodes import _kind
 
 V1_STEP_KEYS = ("observations", "actions", "rewards", "terminals", "episode_terminals")
@@ -166,14 +166,7 @@ class D3rlpyFormat(FormatEntrypoint):
     requires = "hdf5"
 
     def guess_can_open(self, path) -> bool:
-        p = os.path.expanduser(os.fspath(path))
-        if not (os.path.isfile(p) and is_hdf5(p)):
-            return False
-        try:
-            with open_file(p) as f:
-                keys = set(f.keys())
-        except Exception:
-            return False
+        keys = set(member_names(path) or ())
         return {"columns", "num_episodes"} <= keys or ({"observations", "actions", "terminals"} <= keys
                                                        and not any(re.match(r"^(demo|traj|episode)_\d+$", k)
                                                                    for k in keys))

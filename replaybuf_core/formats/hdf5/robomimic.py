@@ -17,7 +17,6 @@ episode and row).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ...importing.source import FormatEntrypoint
-from .common import attrs_of, is_hdf5, maybe_json, natural_key, open_file, read
+from .common import attrs_of, maybe_json, member_names, natural_key, read
 from .episodes import EpisodeGroupsSource, add_missing_keys_argument
 
 DEMO = re.compile(r"^demo_(\d+)$")
@@ -132,14 +131,8 @@ class RobomimicFormat(FormatEntrypoint):
     requires = "hdf5"
 
     def guess_can_open(self, path) -> bool:
-        p = os.path.expanduser(os.fspath(path))
-        if not (os.path.isfile(p) and is_hdf5(p)):
-            return False
-        try:
-            with open_file(p) as f:
-                return "data" in f and any(DEMO.match(n) for n in f["data"].keys())
-        except Exception:
-            return False
+        names = member_names(path, "data")
+        return bool(names) and any(DEMO.match(n) for n in names)
 
     def open(self, path, **options: Any) -> RobomimicSource:
         return RobomimicSource(path, **options)

@@ -237,6 +237,17 @@ def list_formats() -> dict[str, FormatInfo]:
     return dict(_formats())
 
 
+#: the modules each pip extra of replaybuf brings (to say whether a format can run here)
+EXTRA_MODULES = {"lerobot": ("pyarrow", "av"), "hdf5": ("h5py", "hdf5plugin")}
+
+
+def extra_ready(extra: str | None) -> bool:
+    """True when the modules of the pip extra ``extra`` (e.g. ``"lerobot"``) are importable here."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in EXTRA_MODULES.get(extra or "", ()))
+
+
 def _formats_text() -> str:
     names = ", ".join(sorted(_formats())) or "none"
     return (f"installed formats: {names} (`replaybuf formats` describes them); formats come from the "
@@ -274,7 +285,7 @@ def guess_format(path: str | os.PathLike) -> FormatEntrypoint:
         except Exception as exc:  # a buggy guess must not hide the other formats
             logger.warning("format %s raised in guess_can_open: %s", info.name, exc)
     needs = "; ".join(f"{i.name}: {i.description}" + (f" (needs `pip install replaybuf[{i.entrypoint.requires}]`)"
-                                                      if i.entrypoint.requires else "")
+                                                      if not extra_ready(i.entrypoint.requires) else "")
                       for i in _formats().values())
     raise FormatNotFoundError(f"{p}: no installed import format recognises it; name the format "
                               f"(`replaybuf import FORMAT SRC DST`) or install one. {_formats_text()}. "

@@ -143,7 +143,7 @@ def test_frames_too_far_from_their_rows_are_refused(tmp_path):
     ts = t["timestamp"].to_numpy().copy()
     ts[3] += 0.003  # 3 ms off: more than LeRobot's 1e-4 s tolerance
     pq.write_table(t.set_column(t.schema.get_field_index("timestamp"), "timestamp", pa.array(ts)), p)
-    with pytest.raises(ValueError, match=r"episode 0, camera cam, row 3: its frame in .* is at 0\.3 s, -0\.003000 s "
+    with pytest.raises(ValueError, match=r"episode 0, camera cam, row 3: its frame in .* is at 0\.3 s, -0\.003 s "
                                          r"from the row's time 0\.303.* s \(tolerance 0\.0001 s\)"):
         import_dataset(root, tmp_path / "o.zarr", progress=False)
     # within a looser tolerance, the same rows import, each with its own frame
@@ -167,9 +167,18 @@ def test_missing_videos_are_named_or_skipped(tmp_path, version):
     spec = Spec([5, 6, 7], fps=10, cameras={"cam": Camera(16, 16)}, missing_videos={("cam", 1)}, episodes_per_file=1)
     root = write_dataset(tmp_path / "ds", spec, version)
     why = "is missing" if version == "v2.1" else "video indices are null"
-    with pytest.raises(ValueError, match=rf"1 episode video\(s\) missing, in episode\(s\) \[1\]; e.g. episode 1, "
-                                         rf"camera cam: .*{why}.*skip_episodes_without_video"):
+    with pytest.raises(ValueError, match=rf"1 chosen episode\(s\) cannot be imported, episode\(s\) \[1\]; e.g. "
+                                         rf"episode 1: camera cam: .*{why}.*skip_episodes_without_video"):
         import_dataset(root, tmp_path / "o.zarr", progress=False)
+    # episodes chosen around the missing one need no option; positions stay the source's
+    report = import_dataset(root, tmp_path / "sel.zarr", progress=False, episodes="2")
+    assert report.ok
+    np.testing.assert_array_equal(np.unique(ReplayBuffer.create_from_path(tmp_path / "sel.zarr")["episode_index"][:]), [2])
+    report = import_dataset(root, tmp_path / "sel2.zarr", progress=False, episodes="1:3",
+                            format_options={"skip_episodes_without_video": True})
+    assert report.ok and [s["episode"] for s in report.skipped_episodes] == [1]
+    np.testing.assert_array_equal(ReplayBuffer.create_from_path(tmp_path / "sel2.zarr").store.read(
+        "meta", "source_episode_index", 0, 1), [2])
     report = import_dataset(root, tmp_path / "o.zarr", progress=False,
                             format_options={"skip_episodes_without_video": True})
     assert report.ok
@@ -258,3 +267,69 @@ def test_sigterm_mid_import_leaves_nothing(tmp_path):
     assert p.returncode == 143, err
     assert "terminated (SIGTERM)" in err
     assert list(out.iterdir()) == []
+
+
+def test_bad_settings_and_damaged_metadata_are_refused(tmp_path):
+    spec = Spec([6, 5], fps=10, cameras={"cam": Camera(16, 16)})
+    root = write_dataset(tmp_path / "ds", spec, "v3.0")
+    with pytest.raises(ValueError, match=r"tolerance_s=0.05 s is not below half a frame period \(0.05 s at 10 fps\)"):
+        import_dataset(root, tmp_path / "o.zarr", progress=False, format_options={"tolerance_s": 0.05})
+    with pytest.raises(ValueError, match="finite"):
+        import_dataset(root, tmp_path / "o.zarr", progress=False, format_options={"tolerance_s": float("inf")})
+    with pytest.raises(TypeError, match="skip_cameras must be a list"):
+        import_dataset(root, tmp_path / "o.zarr", progress=False, format_options={"skip_cameras": "cam"})
+    with pytest.raises(ValueError, match="chooses no episode"):
+        import_dataset(root, tmp_path / "o.zarr", progress=False, episodes="5:2")
+    # the source inside the destination: replacing it would delete the source
+    assert import_dataset(root, tmp_path / "outer.zarr", progress=False).ok
+    import shutil
+
+    shutil.copytree(root, tmp_path / "outer.zarr" / "ds")
+    with pytest.raises(ValueError, match="is inside the destination"):
+        import_dataset(tmp_path / "outer.zarr" / "ds", tmp_path / "outer.zarr", progress=False, overwrite=True)
+    assert (tmp_path / "outer.zarr" / "ds" / "meta" / "info.json").is_file()
+    # a declared feature missing from the parquet, a missing episode-metadata line, a NaN timestamp
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["observation.extra"] = {"dtype": "float32", "shape": [2]}
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=r"declares feature\(s\) \['observation.extra'\], which this data file lacks"):
+        import_dataset(root, tmp_path / "p.zarr", progress=False)
+    del info["features"]["observation.extra"]
+    info["total_episodes"] = 3
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="total_episodes 3, but the episode metadata lists 2"):
+        import_dataset(root, tmp_path / "p.zarr", progress=False)
+    info["total_episodes"] = 2
+    (root / "meta/info.json").write_text(json.dumps(info))
+    import pyarrow as pa
+
+    p = root / "data/chunk-000/file-000.parquet"
+    t = pq.read_table(p)
+    ts = t["timestamp"].to_numpy().copy()
+    ts[3] = np.nan
+    pq.write_table(t.set_column(t.schema.get_field_index("timestamp"), "timestamp", pa.array(ts)), p)
+    with pytest.raises(ValueError, match="episode 0: row 3's timestamp is nan"):
+        import_dataset(root, tmp_path / "p.zarr", progress=False)
+    assert not (tmp_path / "p.zarr").exists()
+
+
+def test_lossy_quality_needs_an_image_codec(tmp_path):
+    pytest.importorskip("replaybuf_hdf5")
+    spec = Spec([4], fps=10, cameras={"cam": Camera(16, 16)})
+    root = write_dataset(tmp_path / "ds", spec, "v2.1")
+    with pytest.raises(ValueError, match="has no lossy image codec"):
+        import_dataset(root, tmp_path / "o.h5", progress=False, backend="hdf5", lossy_quality=50)
+    assert list(tmp_path.iterdir()) == [tmp_path / "ds"]
+    with pytest.raises(ValueError, match="keeps its stores in memory"):
+        import_dataset(root, tmp_path / "o", progress=False, backend="numpy")
+
+
+def test_a_replaybuf_store_imports_again_keeping_its_records(tmp_path):
+    spec = Spec([4, 3, 5], fps=10, cameras={"cam": Camera(16, 16)})
+    root = write_dataset(tmp_path / "ds", spec, "v2.1")
+    assert import_dataset(root, tmp_path / "a.zarr", progress=False, episodes="1:").ok
+    report = import_dataset(tmp_path / "a.zarr", tmp_path / "b.zarr", progress=False, episodes="1")
+    assert report.ok and report.format == "diffusion-policy"
+    rb = ReplayBuffer.create_from_path(tmp_path / "b.zarr")
+    np.testing.assert_array_equal(rb.store.read("meta", "source.source_episode_index", 0, 1), [2])
+    assert json.loads(rb.store.read("meta", "source.episode_attrs", 0, 1)[0])["episode_index"] == 2

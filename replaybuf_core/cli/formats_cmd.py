@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 from .. import registry
-
-#: what each extra's readers are (to say whether a format can run here)
-_EXTRA_MODULES = {"lerobot": ("pyarrow", "av"), "hdf5": ("h5py", "hdf5plugin")}
 
 
 def register(sub) -> None:
@@ -18,16 +14,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _ready(extra: str | None) -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in _EXTRA_MODULES.get(extra or "", ()))
-
-
 def run(args) -> int:
     """Print the formats; returns 0."""
     rows = [
         {"name": info.name, "distribution": info.distribution, "version": info.version,
          "description": info.description, "extra": info.entrypoint.requires,
-         "ready": _ready(info.entrypoint.requires)}
+         "ready": registry.extra_ready(info.entrypoint.requires)}
         for info in registry.list_formats().values()
     ]
     if args.json:

@@ -20,13 +20,15 @@ def register(sub) -> None:
                     "check every array against the source.  The store is built beside DST and moved into "
                     "place once verified.  Exit 0 when verified, 1 when a check failed, 2 for bad input.  "
                     f"Formats: {', '.join(formats) or 'none'} (`replaybuf formats`).",
+        usage="replaybuf import [-h] [options] [FORMAT] SRC DST",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="[FORMAT] SRC DST",
                    help="the format (guessed from SRC when left out), the source and the destination")
     p.add_argument("--backend", default="zarr", help="destination backend (default zarr; `replaybuf backends`)")
     p.add_argument("--episodes", default=None, metavar="SEL",
-                   help="source episodes to import, e.g. 0:10 or 0:10,15,20: (positions in the source's "
-                        "episode list; default all)")
+                   help="source episodes to import, e.g. 0:10 or 0:10,15,20: (Python indices and slices into "
+                        "the source's episode list in its order -- LeRobot's episode_index order, robomimic's "
+                        "demo numbers sorted; default all)")
     p.add_argument("--skip-key", action="append", default=[], metavar="KEY", help="leave this key out (repeatable)")
     p.add_argument("--keep-dtype", action="store_true",
                    help="keep non-uint8 frames in their source dtype (Blosc) instead of converting")

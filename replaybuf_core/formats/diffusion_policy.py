@@ -30,6 +30,8 @@ from ..schema import is_frame_shape
 logger = logging.getLogger(__name__)
 
 EPISODE_ENDS = "episode_ends"
+#: meta arrays an import writes itself; a replaybuf store imported again keeps its own as source.<name>
+IMPORT_OWN_META = ("source_episode_index", "episode_attrs")
 
 
 class _RowReader:
@@ -128,11 +130,20 @@ class DiffusionPolicySource(Source):
     def meta_arrays(self) -> dict[str, np.ndarray]:
         out = {}
         for name in self._store.list_arrays("meta"):
-            if name == EPISODE_ENDS:
+            if name == EPISODE_ENDS or name in IMPORT_OWN_META:
                 continue
             shape = self._store.shape("meta", name)
             out[name] = (np.asarray(self._store.get_array("meta", name)[()]) if len(shape) == 0
                          else self._store.read("meta", name, 0, shape[0]))
+        return out
+
+    def episode_meta(self, indices: list[int]) -> dict[str, np.ndarray]:
+        """A replaybuf store's own per-episode import records (``source_episode_index``,
+        ``episode_attrs``) follow the episodes chosen, as ``source.<name>``."""
+        out = {}
+        for name in IMPORT_OWN_META:
+            if self._store.has_array("meta", name) and self._store.shape("meta", name)[:1] == (len(self._ends),):
+                out[f"source.{name}"] = self._store.read("meta", name, 0, len(self._ends))[list(indices)]
         return out
 
     def close(self) -> None:

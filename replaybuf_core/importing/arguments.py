@@ -56,6 +56,8 @@ def parse_episodes(spec: Any, n: int) -> list[int]:
     if len(set(chosen)) != len(chosen):
         dup = sorted({i for i in chosen if chosen.count(i) > 1})
         raise ValueError(f"episodes: index(es) {dup[:10]} chosen more than once")
+    if not chosen and n:
+        raise ValueError(f"episodes: {spec!r} chooses no episode (the source has {n}: 0..{n - 1})")
     return chosen
 
 
@@ -82,13 +84,26 @@ def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: s
         FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a ``backend`` store.
         BackendNotFoundError: no backend called ``backend``.
     """
+    from ..protocol import CAP_PERSISTENT
+
     entry = registry.get_backend(backend)
+    if CAP_PERSISTENT not in entry.capabilities:
+        raise ValueError(f"the {backend} backend keeps its stores in memory; an import writes a file or directory "
+                         "(use --backend zarr or a file backend such as hdf5)")
+    if not os.fspath(dst).strip():
+        raise ValueError("the destination is an empty path")
     if "://" in os.fspath(dst):
         raise ValueError(f"{os.fspath(dst)} is a URL; imports write local paths only")
     src_path = Path(os.path.expanduser(os.fspath(src))).resolve()
     dst_path = Path(os.path.expanduser(os.fspath(dst))).resolve()
     if dst_path == src_path or src_path in dst_path.parents:
         raise ValueError(f"the destination {dst_path} must not be the source or inside it ({src_path})")
+    if src_path in dst_path.parents or dst_path in src_path.parents:
+        raise ValueError(f"the source {src_path} is inside the destination {dst_path}: replacing the destination "
+                         "would delete it")
+    parent = next(p for p in dst_path.parents if p.exists())
+    if not parent.is_dir():
+        raise ValueError(f"cannot create {dst_path}: {parent} is a file, not a directory")
     if dst_path.exists():
         if not overwrite:
             raise FileExistsError(f"{dst_path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")

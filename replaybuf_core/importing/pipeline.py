@@ -168,6 +168,16 @@ def import_source(
     if not keys:
         raise ValueError(f"nothing to import: every key of {src_path} is skipped")
     chosen = parse_episodes(episodes, source.n_episodes)
+    missing = [i for i in chosen if i in source.unavailable]
+    if missing and not source.skip_unavailable:
+        ids = [source.episode_id(i) for i in missing]
+        raise ValueError(f"{src_path}: {len(missing)} chosen episode(s) cannot be imported, episode(s) {ids[:20]}"
+                         f"{' ...' if len(ids) > 20 else ''}; e.g. episode {ids[0]}: {source.unavailable[missing[0]]}. "
+                         f"{source.unavailable_hint}")
+    unavailable = [{"episode": source.episode_id(i), "reason": source.unavailable[i]} for i in missing]
+    chosen = [i for i in chosen if i not in source.unavailable]
+    if not chosen and source.n_episodes:
+        raise ValueError(f"{src_path}: none of the chosen episodes can be imported")
     lengths = np.asarray(source.episode_lengths, dtype=np.int64)
     empty = [i for i in chosen if lengths[i] == 0]
     if empty and not drop_empty_episodes:
@@ -202,7 +212,8 @@ def import_source(
             try:
                 plans, checker, bounds = _import_once(source, entry, beside.path, keys, indices, n_steps, kept,
                                                       settings, progress, bool(restarts), _provenance(
-                                                          source, src_path, skip, empty, chosen, settings))
+                                                          source, src_path, skip, empty, chosen, settings,
+                                                          unavailable))
                 break
             except _NotLossless as exc:
                 dtype = source.keys[exc.key].dtype
@@ -220,7 +231,7 @@ def import_source(
     report.format = source.format_name
     report.restarts = restarts
     report.dropped_empty_episodes = empty
-    report.skipped_episodes = list(source.skipped)
+    report.skipped_episodes = list(source.skipped) + unavailable
     report.skipped_keys = skip
     report.notes = list(source.notes)
     report.source_bytes = source.source_bytes()
@@ -229,13 +240,14 @@ def import_source(
 
 
 def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int], chosen: list[int],
-                settings: dict) -> dict[str, Any]:
+                settings: dict, unavailable: list[dict]) -> dict[str, Any]:
+    ids = [source.episode_id(i) for i in chosen]
     sel = None if chosen == list(range(source.n_episodes)) else (
-        f"{chosen[0]}:{chosen[-1] + 1}" if chosen == list(range(chosen[0], chosen[-1] + 1)) else chosen)
+        f"{ids[0]}:{ids[-1] + 1}" if ids and ids == list(range(ids[0], ids[-1] + 1)) else ids)
     return {"format": source.format_name, "source": os.fspath(src_path),
             "lossy_quality": settings["lossy_quality"], "keep_dtype": settings["keep_dtype"],
             "episodes": sel, "skipped_keys": skip, "dropped_empty_episodes": list(empty),
-            "skipped_episodes": list(source.skipped), "notes": list(source.notes)}
+            "skipped_episodes": list(source.skipped) + unavailable, "notes": list(source.notes)}
 
 
 def _image_frames_per_shard(spec_shape: tuple[int, ...], requested: int | None) -> int | None:
@@ -328,6 +340,9 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
     """Create the arrays, meta and attributes of a new destination; returns the buffer on it and the
     plan of each key."""
     _no_cache(dst)
+    if settings["lossy_quality"] is not None and getattr(dst, "image_codec", None) is None:
+        raise ValueError(f"lossy_quality: this backend ({type(dst).__name__}) has no lossy image codec and stores "
+                         "frames exactly; lossy WebP is the zarr backend's")
     plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["lossy_quality"],
                          _image_frames_per_shard(source.keys[k].shape, settings["frames_per_shard"]), kept)
              for k in keys}
@@ -338,7 +353,7 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
         _write_meta(dst, name, values)
     ReplayBuffer._ensure_episode_ends(dst)
     conversions = {
-        p.key: {"source_dtype": p.src_dtype.str if p.src_dtype.byteorder not in "=|" else str(p.src_dtype),
+        p.key: {"source_dtype": str(p.src_dtype) if p.src_dtype.isnative else p.src_dtype.str,
                 "converted_to": str(p.dtype), "codec": describe_codec(p.codec)}
         for p in plans.values() if p.converted or p.dtype != p.src_dtype
     }
@@ -380,7 +395,7 @@ def _meta_arrays(source: Source, indices: list[int]) -> dict[str, np.ndarray]:
             raise ValueError(f"{source.format_name} source: meta array name {reserved!r} is the import's own")
     for name, values in out.items():  # native byte order, as data keys (the same values)
         values = np.asarray(values)
-        if values.dtype.byteorder not in "=|":
+        if not values.dtype.isnative:
             out[name] = values.astype(native(values.dtype))
     out[SOURCE_EPISODE_INDEX] = np.asarray([source.episode_id(i) for i in indices], dtype=np.int64)
     attrs = [source.episode_attrs(i) for i in indices]

@@ -52,7 +52,7 @@ def native(dtype: np.dtype) -> np.dtype:
     """``dtype`` in this machine's byte order (stores keep native-order values; an HDF5 source may
     hold big-endian ones)."""
     dtype = np.dtype(dtype)
-    return dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
 def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, lossy_quality: int | None,

@@ -94,9 +94,13 @@ class ImportReport:
             lines.extend(f"    episode {s['episode']}: {s['reason']}" for s in self.skipped_episodes[:20])
             if len(self.skipped_episodes) > 20:
                 lines.append(f"    ... ({len(self.skipped_episodes) - 20} more)")
-        ratio = self.source_bytes / self.stored_bytes if self.stored_bytes else float("nan")
         size = f"bytes on disk: source {self.source_bytes:,}, destination {self.stored_bytes:,}"
-        lines.append(f"{size} ({ratio:.2f}x smaller)" if ratio >= 1 else f"{size} ({1 / ratio:.2f}x larger)")
+        if not (self.source_bytes and self.stored_bytes):
+            lines.append(size)
+        elif self.source_bytes >= self.stored_bytes:
+            lines.append(f"{size} ({self.source_bytes / self.stored_bytes:.2f}x smaller)")
+        else:
+            lines.append(f"{size} ({self.stored_bytes / self.source_bytes:.2f}x larger)")
         if self.ok:
             lines.append("verification: OK (every array checked against the source)")
         else:

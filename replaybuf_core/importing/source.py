@@ -62,8 +62,12 @@ class Source:
     * ``fps``: steps per second, or None when the format does not say;
     * ``attrs``: JSON-serialisable dataset-level attributes (tasks, statistics, robot type,
       provenance) for the destination's attributes;
-    * ``skipped``: source episodes the format left out, each ``{"episode": ..., "reason": ...}``
-      (an option such as LeRobot's ``skip_episodes_without_video``), reported by the import;
+    * ``skipped``: source data the format left out, each ``{"episode": ..., "reason": ...}`` (d3rlpy's
+      steps after the last terminal flag), reported by the import;
+    * ``unavailable``: index → why, for episodes that cannot be imported (a missing video); choosing
+      one is an error naming it and ``unavailable_hint`` (the option that helps), unless
+      ``skip_unavailable`` (LeRobot's ``skip_episodes_without_video``): then it is left out and
+      reported.  Indices stay those of the full episode list;
     * ``notes``: one line each, what the import report should say about the source (e.g. a camera
       declared with no files, lossy source video);
 
@@ -82,6 +86,9 @@ class Source:
         self.attrs: dict[str, Any] = {}
         self.skipped: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.unavailable: dict[int, str] = {}
+        self.skip_unavailable = False
+        self.unavailable_hint = ""
 
     @property
     def n_episodes(self) -> int:

@@ -63,6 +63,8 @@ def read_info(root: Path) -> dict[str, Any]:
         info = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(info, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(info).__name__}")
     version = info.get("codebase_version")
     if version not in SUPPORTED_VERSIONS:
         raise ValueError(f"{path}: codebase_version {version!r} is not one this importer reads "
@@ -71,6 +73,8 @@ def read_info(root: Path) -> dict[str, Any]:
     for k in ("fps", "features", "data_path"):
         if k not in info:
             raise ValueError(f"{path}: no {k!r} entry")
+    if not isinstance(info["features"], dict) or not all(isinstance(f, dict) for f in info["features"].values()):
+        raise ValueError(f"{path}: 'features' must map each key to an object (its dtype, shape, names)")
     return info
 
 
@@ -125,8 +129,9 @@ class Locator:
         path = self.root / rel
         if path.is_file():
             return os.fspath(path), None
+        top = self.root / Path(rel).parts[0]  # data/... or videos/...: never a meta/ file of that name
         found = [p for p in self._index().get(path.name, ())
-                 if must_contain is None or must_contain in Path(p).parts]
+                 if Path(p).is_relative_to(top) and (must_contain is None or must_contain in Path(p).parts)]
         if len(found) == 1:
             if self.find_moved:
                 self.moved.append((os.fspath(path), found[0]))

@@ -16,6 +16,7 @@ episodes' videos missing or with null video indices (``skip_episodes_without_vid
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,8 +66,12 @@ class LeRobotSource(Source):
         if not root.exists():
             raise FileNotFoundError(f"{root}: no such directory")
         super().__init__(root)
-        if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
-            raise ValueError(f"tolerance_s must be a number of seconds >= 0, got {tolerance_s!r}")
+        if isinstance(tolerance_s, bool) or not isinstance(tolerance_s, (int, float)):
+            raise TypeError(f"tolerance_s must be a number of seconds, got {tolerance_s!r}")
+        if not (math.isfinite(tolerance_s) and tolerance_s >= 0):
+            raise ValueError(f"tolerance_s must be a finite number of seconds >= 0, got {tolerance_s!r}")
+        if isinstance(skip_cameras, str) or not all(isinstance(c, str) for c in skip_cameras):
+            raise TypeError(f"skip_cameras must be a list of camera keys, got {skip_cameras!r}")
         self.tol = float(tolerance_s)
         self.align = bool(align_video_start)
         pq = require_pyarrow()
@@ -75,6 +80,12 @@ class LeRobotSource(Source):
         self.info = info
         self.version = info["codebase_version"]
         features: dict[str, dict] = info["features"]
+        fps = info["fps"]
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (math.isfinite(fps) and fps > 0):
+            raise ValueError(f"{root / 'meta/info.json'}: fps must be a positive number, got {fps!r}")
+        if self.tol >= 0.5 / fps:
+            raise ValueError(f"tolerance_s={self.tol} s is not below half a frame period ({0.5 / fps:.6g} s at {fps} "
+                             "fps): a frame could then be matched to its neighbour's row")
         cameras = [k for k, f in features.items() if f.get("dtype") == "video"]
         unknown = sorted(set(skip_cameras) - set(cameras))
         if unknown:
@@ -94,20 +105,19 @@ class LeRobotSource(Source):
                 self.notes.append(f"camera {cam} is declared in meta/info.json but no episode has a video file "
                                   f"for it (episode {episodes[0].index}: {why}); it is left out")
                 cams.remove(cam)
-        missing = [(ep, cam, ep.extra["video_problems"][cam]) for ep in episodes for cam in cams
-                   if ep.videos.get(cam) is None]
-        if missing and not skip_episodes_without_video:
-            ep, cam, why = missing[0]
-            eps = sorted({e.index for e, _, _ in missing})
-            raise ValueError(f"{root}: {len(missing)} episode video(s) missing, in episode(s) {eps[:20]}"
-                             f"{' ...' if len(eps) > 20 else ''}; e.g. episode {ep.index}, camera {cam}: {why}. "
-                             "Pass skip_episodes_without_video=True "
-                             "(CLI: --skip-episodes-without-video) to import the other episodes, or "
-                             "skip_cameras=[...] (CLI: --skip-camera KEY) to leave a camera out")
-        dropped = {ep.index for ep, _, _ in missing}
-        for ep, cam, why in missing:
-            self.skipped.append({"episode": ep.index, "reason": f"camera {cam}: {why}"})
-        self._episodes = [ep for ep in episodes if ep.index not in dropped]
+        for pos, ep in enumerate(episodes):  # a missing video makes its episode unavailable
+            why = [f"camera {cam}: {ep.extra['video_problems'][cam]}" for cam in cams if ep.videos.get(cam) is None]
+            if why:
+                self.unavailable[pos] = "; ".join(why)
+        self.skip_unavailable = bool(skip_episodes_without_video)
+        self.unavailable_hint = ("Pass skip_episodes_without_video=True (CLI: --skip-episodes-without-video) to "
+                                 "import the other episodes, or skip_cameras=[...] (CLI: --skip-camera KEY) to "
+                                 "leave a camera out")
+        self._episodes = episodes
+        total = info.get("total_episodes")
+        if isinstance(total, int) and total != len(episodes):
+            raise ValueError(f"{root}: meta/info.json says total_episodes {total}, but the episode metadata lists "
+                             f"{len(episodes)} (a missing meta/episodes file or episodes.jsonl line?)")
         if loc.moved:
             self.notes.append(f"{len(loc.moved)} file(s) were not where meta/info.json's path templates say and "
                               f"were found by name (find_moved_files), e.g. {loc.moved[0][1]} for {loc.moved[0][0]}")
@@ -138,6 +148,11 @@ class LeRobotSource(Source):
             return
         schema = self._pq.read_schema(self._episodes[0].data_file)
         names = [n for n in schema.names if not n.startswith("__index_level_")]
+        declared = [k for k, f in features.items() if f.get("dtype") != "video"]
+        absent = [k for k in declared if k not in names]
+        if absent:
+            raise ValueError(f"{self._episodes[0].data_file}: meta/info.json declares feature(s) {absent}, which this "
+                             "data file lacks (a feature of dtype other than 'video' is a parquet column)")
         order = [k for k in features if k in names] + [n for n in names if n not in features]
         for name in order:
             feat = features.get(name, {})
@@ -177,7 +192,14 @@ class LeRobotSource(Source):
     def _read_rows(self, ep, names: list[str]) -> dict[str, np.ndarray]:
         table = self._file_table(ep.data_file)
         where = f"{ep.data_file} (episode {ep.index})"
-        if "episode_index" in table.column_names:
+        if self.version.startswith("v3") and "episode_index" not in table.column_names:
+            if "index" not in table.column_names or ep.rows is None:
+                raise ValueError(f"{where}: no episode_index (nor index) column: a v3 file holds many episodes, "
+                                 "and their rows are found by it")
+            ids = np.asarray(table["index"].to_numpy())
+            rows = np.flatnonzero((ids >= ep.rows[0]) & (ids < ep.rows[1]))
+            table = table.take(rows)
+        elif "episode_index" in table.column_names:
             ids = np.asarray(table["episode_index"].to_numpy())
             if self.version.startswith("v3"):  # many episodes per file
                 rows = np.flatnonzero(ids == ep.index)
@@ -211,6 +233,9 @@ class LeRobotSource(Source):
 
     def _query_times(self, ep, cam: str, reader: VideoReader, ts: np.ndarray) -> tuple[np.ndarray, str]:
         base = ep.videos[cam][1]
+        if not np.isfinite(ts).all():
+            r = int(np.flatnonzero(~np.isfinite(ts))[0])
+            raise ValueError(f"episode {ep.index}: row {r}'s timestamp is {float(ts[r])!r} in {ep.data_file}")
         bad = np.flatnonzero(np.diff(ts) <= 0)
         if len(bad):
             r = int(bad[0]) + 1

@@ -42,7 +42,9 @@ def frame_array(frame, depth: bool) -> np.ndarray:
     if not depth:
         return frame.to_ndarray(format="rgb24")
     name = frame.format.name
-    a = frame.to_ndarray() if name in GRAY_FORMATS else frame.to_ndarray(format="gray16le")
+    if name not in GRAY_FORMATS:
+        raise VideoMismatchError(f"a depth video (video.is_depth_map) must hold gray frames; this one holds {name}")
+    a = frame.to_ndarray()
     return a.astype(np.uint16, copy=False)[..., None]
 
 
@@ -90,11 +92,14 @@ class VideoReader:
         self._frames = self._container.decode(self._stream)
         self._last_time = -math.inf
 
-    def _next(self):
+    def _next(self, episode: int, row: int):
         try:
             return next(self._frames)
         except StopIteration:
             return None
+        except Exception as exc:  # the decoder's own errors (damaged data) name no file
+            raise VideoMismatchError(f"episode {episode}, camera {self.camera}, row {row}: decoding {self.path} "
+                                     f"failed: {exc}") from exc
 
     def frames(self, times: np.ndarray, episode: int, max_rows: int, hint: str = "") -> Iterator[np.ndarray]:
         """The frames of the rows whose query times (seconds, strictly increasing) are ``times``, in
@@ -112,7 +117,7 @@ class VideoReader:
         i = 0
         block: list[np.ndarray] = []
         while i < n:
-            frame = self._next()
+            frame = self._next(episode, i)
             if frame is None:
                 raise VideoMismatchError(self._ended_message(episode, i, times) + hint)
             if frame.pts is None:
@@ -126,7 +131,7 @@ class VideoReader:
                     (i + 1 == n or times[i + 1] - t > t - times[i]) and not (i == 0 and t < times[0]):
                 raise VideoMismatchError(
                     f"episode {episode}, camera {self.camera}, row {i}: its frame in {self.path} is at {t!r} s, "
-                    f"{t - times[i]:+.6f} s from the row's time {times[i]!r} s (tolerance {tol} s)" + hint)
+                    f"{t - times[i]:+.3g} s from the row's time {times[i]!r} s (tolerance {tol} s)" + hint)
             if t < times[i] - tol:
                 if i == 0:  # decoding from the keyframe before the episode's first frame
                     self._last_time = t
@@ -140,7 +145,10 @@ class VideoReader:
                     f"episode {episode}, camera {self.camera}, row {i}: no frame at the row's time {times[i]!r} s "
                     f"(the next frame of {self.path} is at {t!r} s; tolerance {tol} s)" + hint)
             self._last_time = t
-            block.append(frame_array(frame, self.depth))
+            try:
+                block.append(frame_array(frame, self.depth))
+            except VideoMismatchError as exc:
+                raise VideoMismatchError(f"episode {episode}, camera {self.camera}: {self.path}: {exc}") from None
             i += 1
             if len(block) >= max_rows:
                 yield np.stack(block)

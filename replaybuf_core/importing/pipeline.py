@@ -165,6 +165,12 @@ def import_source(
     if unknown:
         raise ValueError(f"skip_keys: {unknown} not in the source; its keys are {list(source.keys)}")
     keys = [k for k in source.keys if k not in skip]
+    for k in keys:
+        spec = source.keys[k]
+        if not (spec.dtype.kind in "biufc" or (spec.dtype == object and spec.kind == "strings")):
+            what = "variable-length numbers" if spec.dtype == object else f"dtype {spec.dtype}"
+            raise ValueError(f"{src_path}: key {k!r} holds {what}, which a store cannot hold (numbers, booleans "
+                             f"and text only); leave it out with skip_keys=[{k!r}] (CLI: --skip-key {k})")
     if not keys:
         raise ValueError(f"nothing to import: every key of {src_path} is skipped")
     chosen = parse_episodes(episodes, source.n_episodes)
@@ -189,6 +195,9 @@ def import_source(
         logger.warning("%s: dropping %d zero-length episode(s): %s", src_path, len(empty), empty[:20])
     indices = [i for i in chosen if lengths[i] > 0]
     n_steps = int(lengths[indices].sum()) if indices else 0
+    if not indices:
+        raise ValueError(f"{src_path}: nothing to import: no chosen episode holds a step"
+                         + (f" ({'; '.join(n for n in source.notes[:2])})" if source.notes else ""))
     step_bytes = sum(source.keys[k].step_bytes for k in keys)
     max_rows = max(1, PART_BYTES // max(1, step_bytes))
 

@@ -24,6 +24,10 @@ from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_PERSISTENT, GROU
 
 from . import codecs as _codecs
 
+# Importing hdf5plugin (when installed) registers its filters with HDF5 for this process: datasets
+# written with Blosc/Zstd by any process can then be read and appended to by this one.
+_codecs.has_hdf5plugin()
+
 H5_SUFFIXES = (".h5", ".hdf5")
 _JSON_ATTRS = "_replaybuf_json_attrs"
 """Hidden group attribute naming the attributes stored as JSON text (lists, dicts, None)."""

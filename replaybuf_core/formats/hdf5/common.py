@@ -80,12 +80,19 @@ def datasets(group, prefix: str = "") -> dict[str, Any]:
     h5py = require_h5py()
     out = {}
     for name in sorted(group.keys(), key=natural_key):
-        item = group[name]
         path = f"{prefix}{name}"
+        try:
+            item = group[name]
+        except KeyError as exc:  # a dangling soft or external link
+            raise ValueError(f"{group.file.filename}: {group.name}/{name} cannot be opened ({exc})") from None
         if isinstance(item, h5py.Group):
             out.update(datasets(item, path + "/"))
-        else:
+        elif isinstance(item, h5py.Dataset):
+            if item.shape is None:
+                raise ValueError(f"{group.file.filename}: dataset {item.name} has no data (a null dataspace); "
+                                 "nothing to import from it")
             out[path] = item
+        # named datatypes are not data
     return out
 
 

@@ -2,10 +2,12 @@
 
 Two layouts (d3rlpy's ``dataset/io.py``):
 
-* **v1** (d3rlpy < 2): flat datasets ``observations``, ``actions``, ``rewards``, ``terminals``,
-  optional ``episode_terminals``, and ``discrete_action``.  Episodes are split as d3rlpy's
+* **v1** (d3rlpy < 2, and D4RL-style files): flat datasets ``observations``, ``actions``,
+  ``rewards``, ``terminals``, optional ``episode_terminals`` (D4RL: ``timeouts``), ``discrete_action``;
+  every dataset of ``N`` rows (groups such as D4RL's ``infos/qpos`` flattened to ``infos.qpos``) is
+  a key, scalars go to the attributes, anything else is refused.  Episodes are split as d3rlpy's
   ``load_v1`` splits them: an episode ends at every step whose ``terminals`` or
-  ``episode_terminals`` flag is set (d3rlpy's timeouts are ``episode_terminals & ~terminals``).
+  ``episode_terminals`` (or ``timeouts``) flag is set.
   The steps after the last flag, which d3rlpy drops, are left out too — and reported (count and
   rows), never silently.
 * **v2** (``version`` "2.x"): ``columns`` (names), ``num_episodes``, and per episode ``<column>_<i>``
@@ -25,10 +27,9 @@ from typing import Any
 import numpy as np
 
 from ...importing.source import FormatEntrypoint, KeySpec, Source
-from .common import attrs_of, jsonable, member_names, open_file, read
+from .common import attrs_of, datasets, jsonable, key_of, member_names, open_file, read
 from .episodes import _kind
 
-V1_STEP_KEYS = ("observations", "actions", "rewards", "terminals", "episode_terminals")
 
 
 def _text(value) -> str:
@@ -61,20 +62,26 @@ class D3rlpySource(Source):
     # ------------------------------------------------------------------------------------ v1
     def _init_v1(self, f) -> None:
         self.layout = "v1"
-        steps = {k: f[k] for k in f.keys() if hasattr(f[k], "shape") and f[k].shape and k in V1_STEP_KEYS}
+        if "terminals" not in f:
+            raise ValueError(f"{self.path}: a d3rlpy v1 file needs a 'terminals' dataset (episodes end at its flags)")
         n = f["observations"].shape[0]
-        wrong = {k: ds.shape[0] for k, ds in steps.items() if ds.shape[0] != n}
-        if wrong:
-            raise ValueError(f"{self.path}: datasets of different lengths: observations {n}, {wrong}")
-        for k in f.keys():
-            if k not in steps:
-                v = f[k][()] if hasattr(f[k], "shape") else None
-                self.attrs[k] = jsonable(v)
+        steps = {}
+        for path, ds in datasets(f).items():
+            if ds.shape is None:
+                raise ValueError(f"{self.path}: dataset {path} has no data (a null dataspace)")
+            if ds.shape and ds.shape[0] == n:
+                steps[path] = ds
+            elif ds.shape == ():
+                self.attrs[path] = jsonable(ds[()])
+            else:
+                raise ValueError(f"{self.path}: dataset {path} has shape {ds.shape}, neither {n} rows (a step "
+                                 "dataset) nor a scalar")
         flags = read(f["terminals"], self.path).reshape(n, -1)[:, 0].astype(bool)
-        if "episode_terminals" in steps:
-            flags = flags | read(f["episode_terminals"], self.path).reshape(n, -1)[:, 0].astype(bool)
+        for name in ("episode_terminals", "timeouts"):  # d3rlpy's, and D4RL's time limits
+            if name in steps:
+                flags = flags | read(steps[name], self.path).reshape(n, -1)[:, 0].astype(bool)
         ends = np.flatnonzero(flags) + 1
-        self._v1 = {k: read(ds, self.path) for k, ds in steps.items()}
+        self._v1 = {key_of(p): read(ds, self.path) for p, ds in steps.items()}
         self._starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if len(ends) else np.zeros(0, np.int64)
         self.episode_lengths = (ends - self._starts).astype(np.int64)
         rest = n - (int(ends[-1]) if len(ends) else 0)
@@ -84,8 +91,8 @@ class D3rlpySource(Source):
                               "d3rlpy drops them, and so does this import")
             self.skipped.append({"episode": "after the last flag", "reason": f"{rest} steps (rows {first}..{n - 1}) "
                                  "with no terminal flag"})
-        for k, a in self._v1.items():
-            self.keys[k] = KeySpec(a.dtype, a.shape[1:], _kind(a.dtype, a.shape[1:]), {"source_path": k})
+        for (p, _), (k, a) in zip(steps.items(), self._v1.items()):
+            self.keys[k] = KeySpec(a.dtype, a.shape[1:], _kind(a.dtype, a.shape[1:]), {"source_path": p})
         self.attrs["layout"] = "v1"
 
     # ------------------------------------------------------------------------------------ v2
@@ -113,13 +120,11 @@ class D3rlpySource(Source):
             step = {k: f[d] for k, d in names.items() if f[d].shape}
             t = {k: ds.shape[0] for k, ds in step.items()}
             if len(set(t.values())) > 1:
-                # rewards / observations are T rows; a column of another length is per episode
-                common = max(set(t.values()), key=list(t.values()).count)
-            else:
-                common = next(iter(t.values()), 0)
-            lengths.append(common)
+                raise ValueError(f"{self.path}: episode {i}'s datasets differ in length: "
+                                 + ", ".join(f"{names[k]} {n}" for k, n in t.items()))
+            lengths.append(next(iter(t.values()), 0))
             for k in names:
-                if not f[names[k]].shape or f[names[k]].shape[0] != common:
+                if f[names[k]].shape == ():
                     scalars.setdefault(k, set()).add(i)
         self.episode_lengths = np.array(lengths, dtype=np.int64)
         self._scalars = sorted(scalars)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...importing.source import KeySpec, Source
 from ...schema import is_frame_shape
-from .common import attrs_of, check_filters, datasets, key_of, open_file, read
+from .common import attrs_of, check_filters, datasets, key_of, open_file, read, require_h5py
 
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
@@ -81,8 +81,10 @@ class EpisodeGroupsSource(Source):
         return self.file
 
     # ---------------------------------------------------------------------------------- scanning
-    def _scan(self, episodes: list[tuple[str, Any, int]], names: dict[str, str] | None = None) -> None:
-        """Classify every dataset of every episode group and build ``keys``."""
+    def _scan(self, episodes: list[tuple[str, Any, int]], allow_final: bool = True) -> None:
+        """Classify every dataset of every episode group and build ``keys``.  ``allow_final``:
+        the format stores ``T + 1``-row datasets (Minari, ManiSkill; not robomimic, where a dataset
+        one row longer than ``num_samples`` is an error)."""
         self._episodes = episodes
         self.episode_lengths = np.array([t for _, _, t in episodes], dtype=np.int64)
         per: dict[str, dict[str, tuple[str, Any]]] = {}  # path -> episode name -> (class, dataset)
@@ -90,6 +92,9 @@ class EpisodeGroupsSource(Source):
             for path, ds in datasets(group).items():
                 n = ds.shape[0] if ds.shape else None
                 cls = "step" if n == t else "step+1" if n == t + 1 else "episode"
+                if cls == "step+1" and not allow_final and t > 0:
+                    raise ValueError(f"{self.path}: {name}/{path} has {n} rows but the episode has {t} steps "
+                                     "(its num_samples); the two disagree")
                 per.setdefault(path, {})[name] = (cls, ds)
         all_names = [n for n, _, _ in episodes]
         self._paths: dict[str, tuple[str, str]] = {}  # key -> (class, path)
@@ -107,7 +112,7 @@ class EpisodeGroupsSource(Source):
             if len(classes) > 1:
                 # one-step episodes make a T-row dataset look like a per-episode one: the majority wins
                 counts = {c: sum(1 for cc, _ in found.values() if cc == c) for c in classes}
-                cls = max(counts, key=counts.get)
+                cls = max(sorted(counts, key=("step", "step+1", "episode").index), key=counts.get)  # ties: a step
                 odd = [n for n, (c, _) in found.items() if c != cls]
                 if not all(self.episode_lengths[all_names.index(n)] <= 1 for n in odd):
                     raise ValueError(f"{self.path}: {path} has {found[odd[0]][1].shape[0]} rows in episode {odd[0]} "
@@ -138,11 +143,19 @@ class EpisodeGroupsSource(Source):
                     dtype, shape, image = sample.dtype, sample.shape[1:], True
                     self.notes.append(f"{key}: encoded images (JPEG/PNG bytes) in the source; the store keeps "
                                       "their decoded pixels exactly")
-            self.keys[key] = KeySpec(dtype, shape, _kind(dtype, shape), attrs)
+            kind = _kind(dtype, shape)
+            if dtype == object and not image and require_h5py().check_string_dtype(ds.dtype) is None:
+                kind = "numbers"  # variable-length numbers: not text (the import refuses them, naming the key)
+            self.keys[key] = KeySpec(dtype, shape, kind, attrs)
             if image:
                 self._images.add(key)
         if dropped:
             self.notes.append(f"left out (not in every episode; missing_keys='drop'): {', '.join(dropped)}")
+        if episodes and not any(c != "episode" for c, _ in self._paths.values()):
+            name, group, t = episodes[0]
+            rows = {p: ds.shape[0] if ds.shape else "scalar" for p, ds in list(datasets(group).items())[:6]}
+            raise ValueError(f"{self.path}: no dataset has one row per step: {name} has {t} steps but its datasets "
+                             f"have {rows} rows")
         self._finals = [k for k, (c, _) in self._paths.items() if c == "step+1"]
         self._per_episode = [k for k, (c, _) in self._paths.items() if c == "episode"]
 
@@ -174,7 +187,7 @@ class EpisodeGroupsSource(Source):
                 if key in self._images:
                     last = _decode_images([last], where)[0]
                 elif self.keys[key].dtype == object and isinstance(last, bytes):
-                    last = last.decode("utf-8", errors="surrogateescape")
+                    last = last.decode("utf-8", errors="backslashreplace")
                 rows.append(last)
             out[f"final.{key}"] = _stack(rows, self.keys[key].dtype)
         for key in self._per_episode:
@@ -206,7 +219,9 @@ def require_bytes(ds) -> bool:
 def _stack(rows: list, dtype) -> np.ndarray:
     if not rows:
         return np.zeros((0,), dtype=dtype)
-    if np.dtype(dtype) == object:
+    if np.dtype(dtype) == object or any(np.asarray(r).dtype == object for r in rows):
+        rows = [r.item() if isinstance(r, np.ndarray) and r.ndim == 0 else r for r in rows]
+        rows = [r.decode("utf-8", errors="backslashreplace") if isinstance(r, bytes) else r for r in rows]
         out = np.empty((len(rows),) + np.shape(rows[0]), dtype=object)
         for i, r in enumerate(rows):
             out[i] = r

@@ -46,10 +46,15 @@ class ManiSkillSource(EpisodeGroupsSource):
                 info = json.loads(sidecar.read_text())
             except ValueError as exc:
                 raise ValueError(f"{sidecar}: not valid JSON ({exc})") from exc
+            if not isinstance(info, dict) or not isinstance(info.get("episodes", []), list):
+                raise ValueError(f"{sidecar}: expected a JSON object with an 'episodes' list")
             for e in info.get("episodes", []):
-                if "episode_id" not in e:
-                    raise ValueError(f"{sidecar}: an episode entry has no episode_id: {str(e)[:120]}")
-                self._entries[int(e["episode_id"])] = e
+                if not isinstance(e, dict) or isinstance(e.get("episode_id"), bool) or \
+                        not isinstance(e.get("episode_id"), int):
+                    raise ValueError(f"{sidecar}: an episode entry has no integer episode_id: {str(e)[:120]}")
+                if e["episode_id"] in self._entries:
+                    raise ValueError(f"{sidecar}: episode_id {e['episode_id']} has two entries")
+                self._entries[e["episode_id"]] = e
             ids = {int(TRAJ.match(n).group(1)) for n in names}
             extra = sorted(set(self._entries) - ids)
             if extra:

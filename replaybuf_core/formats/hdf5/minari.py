@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...importing.source import FormatEntrypoint
-from .common import attrs_of, maybe_json, natural_key
+from .common import attrs_of, datasets, maybe_json, natural_key
 from .episodes import EpisodeGroupsSource, add_missing_keys_argument
 
 EPISODE = re.compile(r"^episode_(\d+)$")
@@ -61,11 +61,22 @@ class MinariSource(EpisodeGroupsSource):
                 raise ValueError(f"{h5}: {n} has no actions")
             t = int(g["actions"].shape[0])
             obs = g.get("observations")
-            if obs is not None and hasattr(obs, "shape") and obs.shape[0] != t + 1:
-                raise ValueError(f"{h5}: {n}/observations has {obs.shape[0]} rows for {t} actions (Minari stores T + 1)")
+            members = {"observations": obs} if obs is not None and hasattr(obs, "shape") else \
+                {f"observations/{p}": ds for p, ds in (datasets(obs).items() if obs is not None else ())}
+            for p, ds in members.items():
+                if not ds.shape or ds.shape[0] != t + 1:
+                    raise ValueError(f"{h5}: {n}/{p} has {ds.shape[0] if ds.shape else 0} rows for {t} actions "
+                                     "(Minari stores T + 1 observations)")
             episodes.append((n, g, t))
         self._scan(episodes)
-        metadata = json.loads(meta.read_text()) if meta.is_file() else None
+        metadata = None
+        if meta.is_file():
+            try:
+                metadata = json.loads(meta.read_text())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{meta}: not valid JSON ({exc})") from exc
+            if not isinstance(metadata, dict):
+                raise ValueError(f"{meta}: expected a JSON object, found {type(metadata).__name__}")
         if metadata is None:
             self.notes.append(f"{meta} is missing: no dataset metadata kept")
         else:

@@ -48,7 +48,7 @@ class RobomimicSource(EpisodeGroupsSource):
     def __init__(self, path, *, drop_next_obs: bool = False, missing_keys: str = "error"):
         super().__init__(path, missing_keys)
         f = self._open()
-        if "data" not in f:
+        if "data" not in f or not hasattr(f["data"], "keys"):
             raise ValueError(f"{self.path}: not a robomimic file (no 'data' group)")
         data = f["data"]
         names = sorted((n for n in data.keys() if DEMO.match(n)), key=natural_key)
@@ -67,7 +67,7 @@ class RobomimicSource(EpisodeGroupsSource):
             else:
                 raise ValueError(f"{self.path}: data/{n} has neither a num_samples attribute nor actions")
             episodes.append((n, g, t))
-        self._scan(episodes)
+        self._scan(episodes, allow_final=False)
         self.drop_next_obs = bool(drop_next_obs)
         self._next_pairs = {}
         if self.drop_next_obs:
@@ -77,11 +77,17 @@ class RobomimicSource(EpisodeGroupsSource):
                     raise ValueError(f"{self.path}: drop_next_obs: {key} has no {obs} to be checked against")
                 self._next_pairs[key] = obs
                 del self.keys[key]
+            if self._next_pairs:
+                self.notes.append(f"next_obs left out (drop_next_obs): {', '.join(self._next_pairs)} equal obs shifted "
+                                  "by one step in every demo (checked); the row after each demo's last step is "
+                                  "kept in meta/final.next_obs.*")
         self.attrs = {"data": {k: maybe_json(v) for k, v in attrs_of(data).items()}, "file": attrs_of(f)}
         self._masks = {}
         if "mask" in f:
             position = {n: i for i, n in enumerate(names)}
             for filt, ds in f["mask"].items():
+                if not hasattr(ds, "dtype"):
+                    raise ValueError(f"{self.path}: mask/{filt} is a group; filter keys are datasets of demo names")
                 demos = [d.decode() if isinstance(d, bytes) else str(d) for d in read(ds, f"{self.path}: mask/{filt}")]
                 unknown = [d for d in demos if d not in position]
                 if unknown:
@@ -105,16 +111,24 @@ class RobomimicSource(EpisodeGroupsSource):
             a = read(group[self._paths[nxt][1]], f"{self.path}: {name}")
             b = self._read_key(index, obs)
             if t > 1:
-                same = (np.ascontiguousarray(a[:t - 1]).view(np.uint8).reshape(t - 1, -1) ==
-                        np.ascontiguousarray(b[1:t]).view(np.uint8).reshape(t - 1, -1)).all(axis=1)
+                x, y = a[:t - 1], b[1:t]
+                if x.dtype == object or y.dtype == object:
+                    same = np.array([np.array_equal(u, v) for u, v in zip(x, y)], dtype=bool)
+                else:
+                    same = (np.ascontiguousarray(x).view(np.uint8).reshape(t - 1, -1) ==
+                            np.ascontiguousarray(y).view(np.uint8).reshape(t - 1, -1)).all(axis=1)
                 if not same.all():
                     row = int(np.flatnonzero(~same)[0])
                     raise ValueError(f"{self.path}: drop_next_obs: {name}: next_obs/{nxt[len('next_obs.'):]} row {row} "
-                                     f"differs from obs row {row + 1}; it is not obs shifted by one, so it is kept "
-                                     "unless you leave it out (--skip-key)")
+                                     f"differs from obs row {row + 1}: it is not obs shifted by one; import without "
+                                     "drop_next_obs (--drop-next-obs) to keep it")
 
     def episode_meta(self, indices: list[int]) -> dict[str, np.ndarray]:
         out = super().episode_meta(indices)
+        for nxt in self._next_pairs:  # the observation after each demo's last step
+            rows = [self._episodes[i][1][self._paths[nxt][1]][self._episodes[i][2] - 1] for i in indices]
+            out[f"final.{nxt}"] = np.stack(rows) if rows and not isinstance(rows[0], (bytes, str)) else \
+                np.array([r.decode() if isinstance(r, bytes) else r for r in rows], dtype=object)
         for filt, m in self._masks.items():
             out[f"mask.{filt}"] = m[list(indices)]
         return out

@@ -145,10 +145,13 @@ def import_source(
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a store of ``backend``.
-        ValueError: ``dst`` is the source or inside it; bad ``lossy_quality``; an unknown key in
-            ``skip_keys`` (the message lists the keys); bad ``episodes``; zero-length episodes
-            (named) without ``drop_empty_episodes``; nothing left to import; a source episode whose
-            data disagrees with its metadata (named by the format).
+        ValueError: ``dst`` is the source, inside it, or holds it; bad ``lossy_quality`` (or one
+            given to a backend without a lossy image codec); an in-memory backend; an unknown key in
+            ``skip_keys`` (the message lists the keys); a key of a dtype no store holds (named, with
+            the ``skip_keys`` that leaves it out); bad ``episodes``; chosen episodes the source
+            cannot give (``source.unavailable``, named with the option that helps); zero-length
+            episodes (named) without ``drop_empty_episodes``; nothing left to import; a source
+            episode whose data disagrees with its metadata (named by the format).
         TypeError: bad ``lossy_quality`` / ``image_frames_per_shard`` / ``episodes`` type.
         BackendNotFoundError: no backend called ``backend``.
     Nothing is written when an argument is rejected.  While importing, ``dst``'s writer lock is held

@@ -254,6 +254,13 @@ def _formats_text() -> str:
             "'replaybuf' entry-point group's replaybuf_formats hook")
 
 
+def _might(info: FormatInfo, path: str) -> bool:
+    try:
+        return bool(info.entrypoint.might_open(path))
+    except Exception:
+        return False
+
+
 def get_format(name: str) -> FormatEntrypoint:
     """The entry point of the source format called ``name``.
 
@@ -284,6 +291,11 @@ def guess_format(path: str | os.PathLike) -> FormatEntrypoint:
                 return info.entrypoint
         except Exception as exc:  # a buggy guess must not hide the other formats
             logger.warning("format %s raised in guess_can_open: %s", info.name, exc)
+    wanting = [i for i in _formats().values() if not extra_ready(i.entrypoint.requires) and _might(i, p)]
+    if wanting:
+        extras = sorted({i.entrypoint.requires for i in wanting})
+        raise FormatNotFoundError(f"{p} looks like a {' or '.join(i.name for i in wanting)} dataset, whose reader "
+                                  f"is not installed: pip install 'replaybuf[{','.join(extras)}]'")
     needs = "; ".join(f"{i.name}: {i.description}" + (f" (needs `pip install replaybuf[{i.entrypoint.requires}]`)"
                                                       if not extra_ready(i.entrypoint.requires) else "")
                       for i in _formats().values())

@@ -107,3 +107,18 @@ def test_unknown_and_unrecognised_sources_name_the_installed_formats(tmp_path, m
         registry.guess_format(tmp_path / "missing")
     with pytest.raises(FormatNotFoundError, match="URLs are not import sources"):
         registry.guess_format("s3://bucket/data")
+
+
+def test_a_source_whose_reader_is_missing_names_the_extra(tmp_path, monkeypatch):
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "demo.hdf5", "w") as f:
+        f.create_dataset("data/demo_0/actions", data=np.zeros((3, 2)))
+    assert registry.guess_format(tmp_path / "demo.hdf5").name == "robomimic"
+    monkeypatch.setattr(registry, "EXTRA_MODULES", {"hdf5": ("no_such_module_here",)})
+    # the guess cannot look inside without h5py (simulated by failing it); the signature still says HDF5
+    from replaybuf_core.formats.hdf5.robomimic import RobomimicFormat
+
+    monkeypatch.setattr(RobomimicFormat, "guess_can_open", lambda self, p: False)
+    with pytest.raises(FormatNotFoundError, match=r"looks like a robomimic.* dataset, whose reader is not installed: "
+                                                  r"pip install 'replaybuf\[hdf5\]'"):
+        registry.guess_format(tmp_path / "demo.hdf5")

@@ -181,6 +181,12 @@ class FormatEntrypoint:
         extra to install), TypeError for an unknown option."""
         raise NotImplementedError
 
+    def might_open(self, path: str | os.PathLike) -> bool:
+        """True when ``path`` looks like this format by what needs no optional reader (a file
+        signature, a marker file): used to say which extra to install when :meth:`guess_can_open`
+        cannot look inside (its reader missing).  Never raises."""
+        return False
+
     def add_arguments(self, group) -> list[str]:
         """Add this format's ``replaybuf import`` options to the argparse ``group``; return their
         ``dest`` names (passed to :meth:`open` as keyword options when set)."""

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...importing.source import FormatEntrypoint, KeySpec, Source
-from .common import attrs_of, datasets, jsonable, key_of, member_names, open_file, read
+from .common import attrs_of, datasets, is_hdf5, jsonable, key_of, member_names, open_file, read
 from .episodes import _kind
 
 
@@ -169,6 +169,9 @@ class D3rlpyFormat(FormatEntrypoint):
     name = "d3rlpy"
     description = "d3rlpy dataset file (v1: observations/actions/terminals; v2: columns + <column>_<i>)"
     requires = "hdf5"
+
+    def might_open(self, path) -> bool:
+        return is_hdf5(path)
 
     def guess_can_open(self, path) -> bool:
         keys = set(member_names(path) or ())

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...importing.source import FormatEntrypoint
-from .common import attrs_of, member_names, natural_key
+from .common import attrs_of, is_hdf5, member_names, natural_key
 from .episodes import EpisodeGroupsSource, add_missing_keys_argument
 
 TRAJ = re.compile(r"^traj_(\d+)$")
@@ -92,6 +92,9 @@ class ManiSkillFormat(FormatEntrypoint):
     name = "maniskill"
     description = "ManiSkill trajectories (.h5 with traj_N groups + .json sidecar)"
     requires = "hdf5"
+
+    def might_open(self, path) -> bool:
+        return is_hdf5(path)
 
     def guess_can_open(self, path) -> bool:
         return any(TRAJ.match(n) for n in member_names(path) or ())

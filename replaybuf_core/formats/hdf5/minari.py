@@ -95,6 +95,9 @@ class MinariFormat(FormatEntrypoint):
     description = "Farama Minari dataset (data/main_data.hdf5 + metadata.json; episode_N groups)"
     requires = "hdf5"
 
+    def might_open(self, path) -> bool:
+        return self.guess_can_open(path)  # the file name says it: no reader needed
+
     def guess_can_open(self, path) -> bool:
         h5, _ = _files(path)
         return h5.is_file() and h5.name == "main_data.hdf5"

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ...importing.source import FormatEntrypoint
-from .common import attrs_of, maybe_json, member_names, natural_key, read
+from .common import attrs_of, is_hdf5, maybe_json, member_names, natural_key, read
 from .episodes import EpisodeGroupsSource, add_missing_keys_argument
 
 DEMO = re.compile(r"^demo_(\d+)$")
@@ -143,6 +143,9 @@ class RobomimicFormat(FormatEntrypoint):
     name = "robomimic"
     description = "robomimic HDF5 (data/demo_N groups; obs/, next_obs/, states, mask/ filter keys)"
     requires = "hdf5"
+
+    def might_open(self, path) -> bool:
+        return is_hdf5(path)
 
     def guess_can_open(self, path) -> bool:
         names = member_names(path, "data")

@@ -31,6 +31,9 @@ class LeRobotFormat(FormatEntrypoint):
             return False
         return isinstance(version, str) and version.startswith(("v2", "v3"))
 
+    def might_open(self, path) -> bool:
+        return self.guess_can_open(path)  # meta/info.json says it: no reader needed
+
     def open(self, path, **options):
         from .source import LeRobotSource
 

@@ -69,12 +69,16 @@ class Checker:
         self._episode_sse: dict[str, tuple[int, float, int]] = {}
 
     def stage(self, key: str, start: int, values: np.ndarray, episode: int) -> None:
+        """Keep ``values`` (the source rows ``[start, start + len(values))`` of ``key``, as stored:
+        after any uint8 or byte-order conversion) until they are checked."""
         if key in self.whole:
             self.whole[key].append(values)
         else:
             self.pending[key].append((start, values, episode))
 
     def check(self, stored: dict[str, int]) -> None:
+        """Read back and compare every staged part of a key whose rows are all below
+        ``stored[key]`` (rows on storage); problems are collected, never raised."""
         for key, queue in self.pending.items():
             limit = stored.get(key, 0)
             while queue and queue[0][0] + len(queue[0][1]) <= limit:

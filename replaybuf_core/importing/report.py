@@ -61,6 +61,7 @@ class ImportReport:
 
     @property
     def ok(self) -> bool:
+        """True when every check passed (``problems`` is empty)."""
         return not self.problems
 
     def summary(self) -> str:

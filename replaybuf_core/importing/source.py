@@ -92,6 +92,7 @@ class Source:
 
     @property
     def n_episodes(self) -> int:
+        """Episodes the source lists (``len(episode_lengths)``), unavailable ones included."""
         return len(self.episode_lengths)
 
     def read_episode(self, index: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:

@@ -74,10 +74,6 @@ class VideoReader:
         self._frames: Iterator | None = None
         self._last_time = -math.inf  # time of the last frame handed out or skipped
 
-    @property
-    def codec_name(self) -> str:
-        return self._stream.codec_context.name
-
     def first_frame_time(self) -> float | None:
         """Time (s) of the file's first frame (a separate decode; for messages and alignment)."""
         av = require_av()
@@ -162,5 +158,6 @@ class VideoReader:
                 f"rows {i}..{len(times) - 1} ({times[i]!r} s .. {times[-1]!r} s) have no frame")
 
     def close(self) -> None:
+        """Close the file (the reader cannot be used afterwards)."""
         self._frames = None
         self._container.close()

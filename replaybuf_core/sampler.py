@@ -15,7 +15,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from replaybuf_core.sampler_indices import _check_int, create_indices
+from replaybuf_core.sampler_indices import _check_int, create_indices, validate_index_args
+from replaybuf_core.window_index import WindowIndex
 
 __all__ = ["create_indices", "get_val_mask", "downsample_mask", "SequenceSampler", "IS_PAD_KEY"]
 
@@ -200,10 +201,17 @@ class SequenceSampler:
         episode_mask: bool (n_episodes,); False episodes never appear.
             Default all True.
         pad_mode: ``"edge"`` or ``"zero"``.
+        window_index: a :class:`WindowIndex` built for the same buffer and arguments (e.g. another
+            sampler's :attr:`window_index`, or one a DataLoader's main process sent its workers);
+            default: built here, in O(episodes).
+
+    Windows are numbered through :attr:`window_index` (memory and build time O(episodes)); the
+    diffusion_policy table :attr:`indices` (32 bytes per window) is built only when asked for.
 
     Raises:
         TypeError, ValueError: invalid index arguments (see
-            :func:`create_indices`), unknown ``pad_mode``, invalid ``key_first_k``.
+            :func:`create_indices`), unknown ``pad_mode``, invalid ``key_first_k``, a
+            ``window_index`` built for other episodes or arguments.
         KeyError: a key of ``keys`` / ``key_first_k`` not in the buffer / ``keys``.
     """
 
@@ -218,19 +226,22 @@ class SequenceSampler:
         episode_mask=None,
         skip_initial: int = 0,
         pad_mode: str = "edge",
+        window_index: WindowIndex | None = None,
     ):
         if pad_mode not in _PAD_MODES:
             raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
-        episode_ends = np.asarray(buffer.episode_ends[:])
-        self.indices: np.ndarray = create_indices(
-            episode_ends,
-            sequence_length,
-            episode_mask,
-            pad_before=pad_before,
-            pad_after=pad_after,
-            skip_initial=skip_initial,
-        )
-        """int64 (n_windows, 4): ``[buffer_start, buffer_end, sample_start, sample_end]``."""
+        ends, sequence_length, mask, pad_before, pad_after, skip_initial = validate_index_args(
+            np.asarray(buffer.episode_ends[:]), sequence_length, episode_mask,
+            pad_before=pad_before, pad_after=pad_after, skip_initial=skip_initial)
+        first, end_margin = skip_initial - pad_before, sequence_length - pad_after
+        if window_index is None:
+            window_index = WindowIndex(ends, first, end_margin, mask)
+        else:
+            window_index.check_matches(ends, first, end_margin, mask)
+        self.window_index: WindowIndex = window_index
+        """Window number -> (episode, start): O(episodes) memory (see :class:`WindowIndex`)."""
+        self._episode_ends, self._episode_mask = ends, mask
+        self._indices: np.ndarray | None = None
 
         buffer_keys = list(buffer.keys())
         if keys is None:
@@ -264,7 +275,34 @@ class SequenceSampler:
 
     def __len__(self) -> int:
         """Number of windows."""
-        return int(self.indices.shape[0])
+        return self.window_index.n_windows
+
+    @property
+    def indices(self) -> np.ndarray:
+        """int64 (n_windows, 4) table ``[buffer_start, buffer_end, sample_start, sample_end]`` of every
+        window (diffusion_policy's ``indices``, see :func:`create_indices`), built on first access
+        and kept: 32 bytes per window (1.3 GB at 50 M steps).  Sampling never needs it — it maps
+        window numbers through :attr:`window_index` — so use :meth:`window_rows` for some rows."""
+        if self._indices is None:
+            self._indices = create_indices(self._episode_ends, self.sequence_length, self._episode_mask,
+                                           pad_before=self.pad_before, pad_after=self.pad_after,
+                                           skip_initial=self.skip_initial)
+        return self._indices
+
+    def window_rows(self, indices) -> np.ndarray:
+        """Rows of :attr:`indices` for the given window numbers, computed from the O(episodes)
+        :attr:`window_index`: int64 (B, 4) ``[buffer_start, buffer_end, sample_start, sample_end]``.
+
+        Raises:
+            IndexError: a window number outside ``[-len, len)``.  TypeError: non-integer numbers.
+            ValueError: more than one dimension.
+        """
+        wi = self.window_index
+        episode, t = wi.locate(wi.normalize(indices))
+        start, length = wi.episode_start[episode], wi.episode_length[episode]
+        first = np.maximum(t, 0)
+        last = np.minimum(t + self.sequence_length, length)
+        return np.stack([start + first, start + last, first - t, last - t], axis=1)
 
     def __repr__(self) -> str:
         return (
@@ -274,19 +312,6 @@ class SequenceSampler:
         )
 
     # ------------------------------------------------------------------ indices
-    def _normalize_indices(self, idx) -> np.ndarray:
-        n = len(self)
-        arr = np.asarray(idx)
-        if arr.dtype == np.bool_ or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            raise TypeError(f"window indices must be integers, got dtype {arr.dtype}")
-        if arr.ndim > 1:
-            raise ValueError(f"window indices must be a 1-D array, got shape {arr.shape}")
-        arr = arr.astype(np.int64, copy=False).reshape(-1)
-        bad = (arr < -n) | (arr >= n)
-        if bad.any():
-            raise IndexError(f"window index {int(arr[bad][0])} out of range for sampler of length {n}")
-        return np.where(arr < 0, arr + n, arr)
-
     def _rows_to_read(self, key: str, rows: np.ndarray) -> np.ndarray:
         """Stored steps to read per window for ``key``: int64 (B,)."""
         bs, be, ss, se = rows.T
@@ -372,7 +397,7 @@ class SequenceSampler:
         i = int(idx)
         if not -n <= i < n:
             raise IndexError(f"window index {i} out of range for sampler of length {n}")
-        bs, be, ss, se = (int(x) for x in self.indices[i])
+        bs, be, ss, se = (int(x) for x in self.window_rows([i])[0])
         result: dict[str, np.ndarray] = {}
         for key in self.keys:
             arr = self.buffer[key]
@@ -444,8 +469,7 @@ class SequenceSampler:
             TypeError: non-integer (or bool) indices.
             ValueError: ``indices`` with more than one dimension.
         """
-        idx = self._normalize_indices(indices)
-        rows = self.indices[idx]
+        rows = self.window_rows(indices)
         starts = rows[:, 0]
         finish = {}
         for key in self.keys:  # start every key's read (thread-pool helpers decode meanwhile) ...

@@ -1,0 +1,100 @@
+"""Per-key normalisation statistics in one streaming pass: count, mean, std, min, max.
+
+Moments are merged block by block with the pairwise update of Chan, Golub & LeVeque ("Updating
+formulae and a pairwise algorithm for computing sample variances", 1979) — never a running sum of
+squares, which loses every digit once the mean dwarfs the spread.  ``std`` is the population
+standard deviation (``np.std``'s default, LeRobot's ``compute_stats``).  Camera frames (uint8
+(H, W, C)) are summarised per channel on ``x / 255``, shaped (C, 1, 1) as LeRobot stores them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["Moments", "compute_stats"]
+
+BLOCK_BYTES = 64 << 20
+
+
+class Moments:
+    """Count, mean, M2 (sum of squared deviations), min and max of a stream of blocks.
+
+    Args:
+        shape: shape of one value (the feature dimensions the statistics are kept for).
+    """
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.count = 0
+        self.mean = np.zeros(shape, dtype=np.float64)
+        self.m2 = np.zeros(shape, dtype=np.float64)
+        self.min = np.full(shape, np.inf)
+        self.max = np.full(shape, -np.inf)
+
+    def add(self, block: np.ndarray) -> None:
+        """Merge a block (n, *shape) of values (any real dtype)."""
+        n = int(block.shape[0])
+        if n == 0:
+            return
+        x = block.astype(np.float64, copy=False)
+        mean_b = x.mean(axis=0)
+        m2_b = ((x - mean_b) ** 2).sum(axis=0)
+        self.merge(n, mean_b, m2_b, x.min(axis=0), x.max(axis=0))
+
+    def merge(self, n_b: int, mean_b: np.ndarray, m2_b: np.ndarray, min_b: np.ndarray, max_b: np.ndarray) -> None:
+        """Chan et al.'s pairwise merge of another summary's moments into this one."""
+        n_a = self.count
+        n = n_a + n_b
+        delta = mean_b - self.mean
+        self.mean = self.mean + delta * (n_b / n)
+        self.m2 = self.m2 + m2_b + delta**2 * (n_a * n_b / n)
+        self.count = n
+        self.min = np.minimum(self.min, min_b)
+        self.max = np.maximum(self.max, max_b)
+
+    def result(self) -> dict[str, np.ndarray]:
+        """``{"min", "max", "mean", "std", "count"}`` (float64 arrays of the value shape; count (1,))."""
+        std = np.sqrt(self.m2 / self.count) if self.count else np.full_like(self.m2, np.nan)
+        return {"min": self.min, "max": self.max, "mean": self.mean, "std": std,
+                "count": np.array([self.count], dtype=np.int64)}
+
+
+def _is_frames(shape: tuple[int, ...], dtype: np.dtype) -> bool:
+    return dtype == np.uint8 and len(shape) == 4 and shape[-1] in (1, 3, 4)
+
+
+def compute_stats(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Statistics of the numeric / bool data keys of ``buffer`` over all its steps.
+
+    Returns:
+        ``{key: {"min", "max", "mean", "std", "count"}}``; per feature dimension (the step shape),
+        or per channel (C, 1, 1) of ``x / 255`` for camera frames (uint8 (H, W, C) steps).  Keys of
+        other kinds (strings) are left out.
+
+    Raises:
+        KeyError: a key of ``keys`` not in the buffer.
+    """
+    keys = list(buffer.keys()) if keys is None else list(keys)
+    out = {}
+    n_steps = int(buffer.n_steps)
+    for key in keys:
+        arr = buffer[key]
+        dtype, shape = np.dtype(arr.dtype), tuple(arr.shape)
+        if dtype.kind not in "biuf":
+            continue
+        frames = _is_frames(shape, dtype)
+        m = Moments((shape[-1],) if frames else shape[1:])
+        row_values = max(1, int(np.prod(shape[1:], dtype=np.int64)))
+        step = max(1, BLOCK_BYTES // (8 * row_values))  # the float64 copy of a block stays ~64 MiB
+        for a in range(0, n_steps, step):
+            block = np.asarray(arr[a: min(a + step, n_steps)])
+            if frames:
+                block = block.reshape(-1, shape[-1]).astype(np.float32) / np.float32(255)
+            m.add(block)
+        res = m.result()
+        if frames:
+            res = {k: v.reshape(-1, 1, 1) for k, v in res.items() if k != "count"}
+            res["count"] = np.array([n_steps], dtype=np.int64)  # frames, as LeRobot counts them
+        out[key] = res
+    return out

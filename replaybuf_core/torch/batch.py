@@ -1,0 +1,118 @@
+"""Batches for torch: NumPy arrays to tensors without a copy, image conversion once per batch, and a
+batch object that a DataLoader passes through untouched.
+
+A dataset's ``__getitems__`` (torch's batched-fetch protocol, ``torch.utils.data._utils.fetch``)
+returns a :class:`Batch`; with ``collate_fn=collate`` the DataLoader hands that batch on as it is
+— one ``sample_batch`` per batch, no split into samples and no restack.  Under torch's
+``default_collate`` a :class:`Batch` still works (it is a sequence of per-sample dicts), at the cost
+of a copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as SequenceABC
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["Batch", "collate", "to_torch", "convert_images"]
+
+_NUMERIC_KINDS = "biufc"
+
+
+def to_torch(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """Numeric / bool arrays -> ``torch.Tensor`` of the same dtype and shape sharing their memory
+    (``torch.from_numpy``; non-contiguous or read-only arrays are copied first); tensors pass as
+    they are; string / object arrays stay ``np.ndarray``."""
+    out: dict[str, Any] = {}
+    for k, v in sample.items():
+        if isinstance(v, torch.Tensor):
+            out[k] = v
+            continue
+        v = np.asarray(v)
+        if v.dtype.kind in _NUMERIC_KINDS:
+            if not (v.flags.c_contiguous and v.flags.writeable):
+                v = np.array(v, order="C")
+            out[k] = torch.from_numpy(v)
+        else:
+            out[k] = v
+    return out
+
+
+def convert_images(batch: dict[str, np.ndarray], keys: Iterable[str], channels_first: bool,
+                   to_float: bool) -> None:
+    """Convert image arrays of ``batch`` in place (the dict's values are replaced), once per batch.
+
+    Each ``batch[key]`` is uint8 (..., H, W, C).  ``channels_first`` gives (..., C, H, W) (a new
+    C-contiguous array); ``to_float`` gives float32 in [0, 1], ``x / 255`` computed in float32 (the
+    value ``torch``'s ``x.float() / 255`` gives, LeRobot's conversion).  Done in NumPy, single
+    threaded: it does not wake torch's intra-op thread pool inside a loader.
+
+    Raises:
+        ValueError: a key whose array is not uint8 with at least 3 dimensions (the message names it).
+    """
+    for key in keys:
+        x = batch[key]
+        if x.dtype != np.uint8 or x.ndim < 3:
+            raise ValueError(f"image key {key!r} must be uint8 (..., H, W, C), got {x.dtype} {x.shape}")
+        if channels_first:
+            x = np.moveaxis(x, -1, -3)
+        if to_float:
+            out = np.empty(x.shape, dtype=np.float32)
+            np.divide(x, np.float32(255), out=out, casting="unsafe")
+            batch[key] = out
+        elif channels_first:
+            batch[key] = np.ascontiguousarray(x)
+
+
+class Batch(SequenceABC):
+    """A whole batch, dict ``key -> tensor (B, ...)`` in :attr:`data`, that also reads as a sequence
+    of B per-sample dicts (views), so torch's ``default_collate`` accepts it too.
+
+    :func:`collate` returns :attr:`data` itself: no copy, no restack.
+    """
+
+    def __init__(self, data: dict[str, Any], size: int):
+        self.data = data
+        self.size = int(size)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, j):  # type: ignore[override]
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(self.size))]
+        if not -self.size <= j < self.size:
+            raise IndexError(f"sample {j} out of range for a batch of {self.size}")
+        return {k: v[j] for k, v in self.data.items()}
+
+    def __repr__(self) -> str:
+        return f"Batch(size={self.size}, keys={list(self.data)})"
+
+
+def collate(samples: Sequence[Mapping[str, Any]] | Batch) -> dict[str, Any]:
+    """``collate_fn`` for DataLoaders over replaybuf datasets.
+
+    A :class:`Batch` (what the datasets' ``__getitems__`` return) is passed through as its dict
+    ``key -> (B, ...)``.  A list of per-sample dicts is stacked: tensors with ``torch.stack``, NumPy
+    (string) arrays with ``np.stack``, scalars (``task`` strings) into lists — needed when a key
+    holds strings, which torch's ``default_collate`` rejects.
+
+    Raises:
+        ValueError: ``samples`` is empty.
+    """
+    if isinstance(samples, Batch):
+        return samples.data
+    if len(samples) == 0:
+        raise ValueError("collate needs at least one sample")
+    out: dict[str, Any] = {}
+    for k in samples[0]:
+        vals = [s[k] for s in samples]
+        if isinstance(vals[0], torch.Tensor):
+            out[k] = torch.stack(vals)
+        elif isinstance(vals[0], np.ndarray):
+            out[k] = np.stack(vals)
+        else:
+            out[k] = vals
+    return out

@@ -1,0 +1,264 @@
+"""A LeRobot-compatible dataset: LeRobot's sample dict and ``meta`` from a replaybuf store.
+
+Training code written against LeRobot's ``LeRobotDataset`` (``lerobot/datasets/lerobot_dataset.py``,
+LeRobot 0.4) reads ``dataset[i]``, ``dataset.meta.stats`` / ``.features`` / ``.fps`` /
+``.camera_keys``, ``num_frames`` and ``num_episodes``; :class:`LeRobotDataset` gives the same from a
+store (best one written by ``replaybuf import lerobot``, which keeps LeRobot's key names, tasks,
+features and stats), reading exact stored frames instead of decoding video per sample.
+
+Sample ``i`` (``i`` counts the frames of the chosen episodes, in order), as LeRobot builds it:
+
+* every data key at frame ``i`` — or, for a key of ``delta_timestamps``, at the frames ``i + d``
+  stacked on a new axis 0, clamped to the episode, with ``"<key>_is_pad"`` (n,) bool;
+* camera keys (features of dtype ``video`` / ``image``, else uint8 (H, W, C) keys) as float32
+  (C, H, W) — (n, C, H, W) when stacked — in [0, 1], then ``image_transforms`` applied to each;
+* ``index``, ``episode_index``, ``frame_index`` (int64), ``timestamp`` (float32) and
+  ``task_index`` as stored; when a store lacks them, computed from its bookkeeping (episode
+  numbers from ``meta/source_episode_index`` when the store was imported, ``timestamp =
+  frame_index / fps``);
+* ``task``: the text of ``task_index`` (or the episode's first task, or ``""``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from replaybuf_core.stats import compute_stats
+from replaybuf_core.torch.batch import Batch, to_torch, convert_images
+from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
+from replaybuf_core.window_sampler import WindowSampler, delta_timestamps_to_steps
+
+__all__ = ["LeRobotDataset", "LeRobotMeta"]
+
+_BOOKKEEPING = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+
+
+def _store_episode_numbers(buffer: Any) -> np.ndarray:
+    """LeRobot's episode_index of each store episode: the import's record, else 0..E-1."""
+    store, n = buffer.store, int(buffer.n_episodes)
+    if store.has_array("meta", "source_episode_index"):
+        return np.asarray(store.read("meta", "source_episode_index", 0, n), dtype=np.int64)
+    return np.arange(n, dtype=np.int64)
+
+
+def _episode_first_tasks(buffer: Any) -> list[str] | None:
+    store, n = buffer.store, int(buffer.n_episodes)
+    if not store.has_array("meta", "episode_attrs"):
+        return None
+    import json
+
+    out = []
+    for text in store.read("meta", "episode_attrs", 0, n):
+        tasks = json.loads(str(text) or "{}").get("tasks") or [""]
+        out.append(str(tasks[0]))
+    return out
+
+
+class LeRobotMeta:
+    """What training code reads of LeRobot's ``LeRobotDatasetMetadata``.
+
+    Attributes:
+        fps: frames per second (float; the store's ``fps`` attribute).
+        features: ``{key: {"dtype", "shape", "names"}}`` — LeRobot's own when imported, else built
+            from the store (uint8 (H, W, C) keys as ``"image"``).
+        tasks: ``{task_index: text}``.
+        robot_type, info: from the imported ``info.json`` (None / {} otherwise).
+        camera_keys, video_keys, image_keys: feature keys of dtype video+image / video / image.
+        total_frames, total_episodes: of the whole store.
+        stats: ``{key: {"min", "max", "mean", "std", "count", ...}}`` as NumPy arrays — LeRobot's
+            ``stats.json`` when imported, else computed once on first access
+            (:func:`replaybuf_core.stats.compute_stats`, no quantiles).
+    """
+
+    def __init__(self, buffer: Any, fps: float | None, stats_from: Callable[[], dict]):
+        attrs = buffer.store.get_attrs("data")
+        source = attrs.get("source_attrs") or {}
+        self.fps = float(fps) if fps is not None else (float(attrs["fps"]) if attrs.get("fps") else None)
+        self.robot_type = source.get("robot_type")
+        self.info = dict(source.get("info") or {})
+        self.tasks = {int(k): str(v) for k, v in (source.get("tasks") or {}).items()}
+        key_attrs = attrs.get("key_attrs") or {}
+        self.features: dict[str, dict] = {}
+        frames = set(image_keys_of(buffer, buffer.keys()))
+        for key in buffer.keys():
+            arr = buffer[key]
+            if key in key_attrs and "dtype" in key_attrs[key]:
+                self.features[key] = dict(key_attrs[key])
+            elif key in frames:
+                self.features[key] = {"dtype": "image", "shape": list(arr.shape[1:]),
+                                      "names": ["height", "width", "channel"]}
+            else:
+                self.features[key] = {"dtype": str(np.dtype(arr.dtype)), "shape": list(arr.shape[1:]) or [1],
+                                      "names": None}
+        self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
+        self.image_keys = [k for k, f in self.features.items() if f.get("dtype") == "image"]
+        self.camera_keys = self.video_keys + self.image_keys
+        self.total_frames = int(buffer.n_steps)
+        self.total_episodes = int(buffer.n_episodes)
+        imported = source.get("stats")
+        self._stats = ({k: {s: np.asarray(v) for s, v in d.items()} for k, d in imported.items()}
+                       if imported else None)
+        self._stats_from = stats_from
+
+    @property
+    def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        if self._stats is None:
+            self._stats = self._stats_from()
+        return self._stats
+
+    def __repr__(self) -> str:
+        return (f"LeRobotMeta(fps={self.fps}, total_episodes={self.total_episodes}, "
+                f"total_frames={self.total_frames}, features={list(self.features)})")
+
+
+class LeRobotDataset(_BatchedDataset):
+    """A drop-in for LeRobot's ``LeRobotDataset`` reading a replaybuf store (see the module docstring
+    for the sample dict).
+
+    ``DataLoader(ds, batch_size=..., collate_fn=collate)`` reads each batch with one
+    ``sample_batch``; LeRobot's own training loop (torch's ``default_collate``) works too, at the
+    cost of one copy per batch.
+
+    Args:
+        repo_id: the store's path when ``root`` is not given (no hub: nothing is downloaded); else
+            kept as the dataset's name.
+        root: the store's path.
+        episodes: LeRobot episode indices to keep (the ``episode_index`` of an imported dataset,
+            store episode numbers otherwise); None keeps all.
+        image_transforms: callable applied to each camera key's float (C, H, W) / (n, C, H, W)
+            tensor of every sample (e.g. torchvision v2 transforms), as LeRobot does.
+        delta_timestamps: ``{key: [seconds, ...]}`` relative to the sample's frame.
+        tolerance_s: how far a delta may be from a multiple of ``1 / fps``, seconds.
+        revision, force_cache_sync, download_videos, video_backend: LeRobot's hub and video-decoding
+            options, accepted so LeRobot training scripts run unchanged, and unused (the store is
+            local and holds decoded frames).
+        fps: the store's frame rate when it has no ``fps`` attribute.
+
+    Raises:
+        TypeError: neither ``repo_id`` nor ``root``.
+        ValueError: an unknown episode, a key of ``delta_timestamps`` not in the store, a delta not a
+            multiple of ``1 / fps``, no fps known while ``delta_timestamps`` is given.
+        Errors of ``ReplayBuffer.create_from_path`` for a missing or damaged store.
+    """
+
+    def __init__(self, repo_id: str | os.PathLike | None = None, root: str | os.PathLike | None = None,
+                 episodes: Sequence[int] | None = None, image_transforms: Callable | None = None,
+                 delta_timestamps: dict[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
+                 revision: str | None = None, force_cache_sync: bool = False, download_videos: bool = True,
+                 video_backend: str | None = None, *, fps: float | None = None):
+        path = root if root is not None else repo_id
+        if path is None:
+            raise TypeError("LeRobotDataset needs the store's path: repo_id=PATH or root=PATH")
+        super().__init__(path, image_keys=None, channels_first=True, float_images=True)
+        self.repo_id = str(repo_id if repo_id is not None else root)
+        self.root = os.fspath(path)
+        self.image_transforms = image_transforms
+        self.delta_timestamps = None if delta_timestamps is None else dict(delta_timestamps)
+        self.tolerance_s = tolerance_s
+        self.episodes = None if episodes is None else [int(e) for e in episodes]
+        buffer = self._open_buffer()
+        try:
+            self.meta = LeRobotMeta(buffer, fps, self._compute_stats)
+            numbers = _store_episode_numbers(buffer)
+            self._episode_numbers = numbers
+            self._episode_mask = None
+            if self.episodes is not None:
+                unknown = sorted(set(self.episodes) - set(numbers.tolist()))
+                if unknown:
+                    raise ValueError(f"episodes {unknown[:10]} are not in {self.root} "
+                                     f"(its episode_index values run {numbers.min()}..{numbers.max()})")
+                self._episode_mask = np.isin(numbers, self.episodes)
+            self.delta_indices: dict[str, list[int]] | None = None
+            if self.delta_timestamps is not None:
+                missing = [k for k in self.delta_timestamps if k not in buffer]
+                if missing:
+                    raise ValueError(f"delta_timestamps keys {missing} are not in {self.root} "
+                                     f"(keys: {list(buffer.keys())})")
+                if self.meta.fps is None:
+                    raise ValueError(f"delta_timestamps needs the fps: {self.root} has no 'fps' attribute, pass fps=")
+                steps = delta_timestamps_to_steps(self.delta_timestamps, self.meta.fps, tolerance_s)
+                self.delta_indices = {k: v.tolist() for k, v in steps.items()}
+            self._tasks_by_episode = _episode_first_tasks(buffer)
+            self.image_keys = [k for k in self.meta.camera_keys if k in buffer] or image_keys_of(buffer, buffer.keys())
+            sampler = self._build(buffer, None)
+            self._len, self._window_index = len(sampler), sampler.window_index
+        finally:
+            buffer.close()
+
+    def _build(self, buffer: Any, window_index: Any) -> WindowSampler:
+        return WindowSampler(buffer, self.delta_indices or {}, keys=list(buffer.keys()),
+                             episode_mask=self._episode_mask, window_index=window_index)
+
+    def _compute_stats(self) -> dict:
+        return compute_stats(self.sampler.buffer)
+
+    # ------------------------------------------------------------------ LeRobot's properties
+    @property
+    def fps(self) -> float | None:
+        """Frames per second."""
+        return self.meta.fps
+
+    @property
+    def features(self) -> dict[str, dict]:
+        return self.meta.features
+
+    @property
+    def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        return self.meta.stats
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the chosen episodes."""
+        return len(self)
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes chosen."""
+        return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
+
+    # ------------------------------------------------------------------ samples
+    def _samples(self, idx: np.ndarray) -> dict[str, Any]:
+        sampler = self.sampler
+        arrays = sampler.sample_batch(idx)
+        where = sampler.locate(idx)
+        if "index" not in arrays:
+            arrays["index"] = where["index"]
+        if "episode_index" not in arrays:
+            arrays["episode_index"] = self._episode_numbers[where["episode_index"]]
+        if "frame_index" not in arrays:
+            arrays["frame_index"] = where["frame_index"]
+        if "timestamp" not in arrays:
+            fps = self.meta.fps or np.nan
+            arrays["timestamp"] = (where["frame_index"] / fps).astype(np.float32)
+        convert_images(arrays, self.image_keys, channels_first=True, to_float=True)
+        if "task_index" in arrays and self.meta.tasks:
+            task = [self.meta.tasks.get(int(t), "") for t in np.ravel(arrays["task_index"])]
+        elif self._tasks_by_episode is not None:
+            task = [self._tasks_by_episode[e] for e in where["episode_index"]]
+        else:
+            task = [""] * len(idx)
+        data = to_torch(arrays)
+        if self.image_transforms is not None:
+            for cam in self.image_keys:
+                data[cam] = torch.stack([self.image_transforms(x) for x in data[cam]])
+        data["task"] = task
+        return data
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        """Sample ``idx`` (see the module docstring); IndexError out of range."""
+        if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {type(idx).__name__}")
+        return Batch(self._samples(np.array([idx], dtype=np.int64)), 1)[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        """Samples ``indices`` from one ``sample_batch``, as a :class:`Batch`."""
+        idx = np.asarray(list(indices), dtype=np.int64)
+        return Batch(self._samples(idx), len(idx))
+
+    def __repr__(self) -> str:
+        return (f"LeRobotDataset({self.root!r}, episodes={self.num_episodes}, frames={self.num_frames}, "
+                f"delta_timestamps={self.delta_timestamps})")

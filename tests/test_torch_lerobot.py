@@ -1,0 +1,204 @@
+"""The LeRobot-compatible dataset and the batched DataLoader path.
+
+Expected LeRobot samples are computed by hand from the written LeRobot files, read another way
+(pyarrow tables, PyAV decoding the mp4s, PNG bytes decoded with Pillow), with LeRobot's rule written
+out here: query frame ``clamp(i + round(d * fps), episode start, episode end - 1)``, ``_is_pad``
+where the unclamped frame leaves the episode, camera frames as float32 (C, H, W) ``x / 255``.
+"""
+
+from __future__ import annotations
+
+import pickle
+from io import BytesIO
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+av = pytest.importorskip("av")
+pq = pytest.importorskip("pyarrow.parquet")
+PIL_Image = pytest.importorskip("PIL.Image")
+
+from replaybuf_core import ReplayBuffer  # noqa: E402
+from replaybuf_core.importing import import_dataset  # noqa: E402
+from replaybuf_core.testing.lerobot_writer import TASKS, Camera, Spec, write_dataset  # noqa: E402
+from replaybuf_core.torch import Batch, LeRobotDataset, WindowDataset, collate  # noqa: E402
+from replaybuf_core.window_sampler import WindowSampler  # noqa: E402
+
+LENGTHS = [6, 9, 3, 7]
+FPS = 10
+DELTAS = {"cam.rgb": [-0.1, 0.0], "observation.state": [-0.1, 0.0], "action": [i / FPS for i in range(-1, 4)],
+          "observation.image": [0.0, 0.2]}
+
+
+@pytest.fixture(scope="module")
+def lerobot(tmp_path_factory):
+    """A LeRobot v2.1 dataset (one H.264 camera, one PNG image key), its import, and the expected
+    per-frame columns read straight from its files."""
+    tmp = tmp_path_factory.mktemp("lr")
+    spec = Spec(LENGTHS, fps=FPS, cameras={"cam.rgb": Camera(24, 32, gop=4)}, image_keys={"observation.image": (8, 10)})
+    root = write_dataset(tmp / "ds", spec, "v2.1")
+    report = import_dataset(root, tmp / "store.zarr", progress=False)
+    assert report.ok, report.summary()
+    cols: dict[str, list] = {}
+    for ep in range(len(LENGTHS)):
+        t = pq.read_table(root / f"data/chunk-000/episode_{ep:06d}.parquet").to_pydict()
+        for k, v in t.items():
+            cols.setdefault(k, []).extend(v)
+        with av.open(str(root / f"videos/chunk-000/cam.rgb/episode_{ep:06d}.mp4")) as c:
+            cols.setdefault("cam.rgb", []).extend(f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0]))
+    cols["observation.image"] = [np.asarray(PIL_Image.open(BytesIO(c["bytes"])).convert("RGB"))
+                                 for c in cols["observation.image"]]
+    return root, str(tmp / "store.zarr"), cols
+
+
+def _expected(cols, i_global, deltas=None):
+    """LeRobot's sample for global frame ``i_global``, by hand."""
+    ep = cols["episode_index"][i_global]
+    starts = np.concatenate([[0], np.cumsum(LENGTHS)])
+    lo, hi = starts[ep], starts[ep + 1] - 1
+    out = {}
+    for key in ("observation.state", "action", "cam.rgb", "observation.image", "next.reward", "timestamp",
+                "frame_index", "episode_index", "index", "task_index"):
+        def value(row):
+            v = np.asarray(cols[key][row])
+            if key in ("cam.rgb", "observation.image"):
+                return np.moveaxis(v, -1, 0).astype(np.float32) / np.float32(255)
+            return v
+        if deltas and key in deltas:
+            want = [i_global + int(round(d * FPS)) for d in deltas[key]]
+            out[key] = np.stack([value(min(max(r, lo), hi)) for r in want])
+            out[key + "_is_pad"] = np.array([not lo <= r <= hi for r in want])
+        else:
+            out[key] = value(i_global)
+    out["task"] = TASKS[cols["task_index"][i_global]]
+    return out
+
+
+def _check(sample, want):
+    assert set(want) <= set(sample), set(want) - set(sample)
+    for k, w in want.items():
+        got = sample[k]
+        if k == "task":
+            assert got == w
+            continue
+        assert isinstance(got, torch.Tensor), k
+        np.testing.assert_array_equal(got.numpy(), np.asarray(w).astype(got.numpy().dtype), err_msg=k)
+        assert tuple(got.shape) == np.shape(w), k
+
+
+def test_samples_equal_lerobots_rule_by_hand(lerobot):
+    root, store, cols = lerobot
+    ds = LeRobotDataset(store, delta_timestamps=DELTAS)
+    assert len(ds) == ds.num_frames == sum(LENGTHS) and ds.num_episodes == len(LENGTHS)
+    assert ds.fps == FPS and ds.meta.camera_keys == ["cam.rgb", "observation.image"]
+    assert ds.features["cam.rgb"]["dtype"] == "video" and ds.features["observation.state"]["shape"] == [3]
+    for i in range(len(ds)):
+        _check(ds[i], _expected(cols, i, DELTAS))
+    s = ds[0]
+    assert s["cam.rgb"].dtype == torch.float32 and s["cam.rgb"].shape == (2, 3, 24, 32)
+    assert s["index"].dtype == torch.int64 and s["index"].shape == () and s["timestamp"].dtype == torch.float32
+
+
+def test_episode_subset_and_stats_and_transforms(lerobot):
+    root, store, cols = lerobot
+    flips = []
+
+    def flip(x):
+        flips.append(tuple(x.shape))
+        return torch.flip(x, dims=[-1])
+
+    ds = LeRobotDataset(repo_id="local/pick", root=store, episodes=[3, 1], image_transforms=flip)
+    assert ds.repo_id == "local/pick" and len(ds) == LENGTHS[1] + LENGTHS[3] and ds.num_episodes == 2
+    globals_ = list(range(6, 15)) + list(range(18, 25))
+    for j, g in enumerate(globals_):
+        want = _expected(cols, g)
+        for cam in ("cam.rgb", "observation.image"):
+            want[cam] = want[cam][..., ::-1]
+        _check(ds[j], want)
+    assert (3, 24, 32) in flips
+    stats = ds.meta.stats  # written by LeRobot's writer into the dataset (here: the action count)
+    assert "action" in stats
+    with pytest.raises(ValueError, match=r"episodes \[7\] are not in"):
+        LeRobotDataset(store, episodes=[7])
+    with pytest.raises(ValueError, match="observation.nope"):
+        LeRobotDataset(store, delta_timestamps={"observation.nope": [0.0]})
+    with pytest.raises(ValueError, match="multiple of 1/fps"):
+        LeRobotDataset(store, delta_timestamps={"action": [0.05]})
+
+
+def test_dataloader_batches_equal_samples_with_and_without_workers(lerobot):
+    root, store, cols = lerobot
+    ds = LeRobotDataset(store, delta_timestamps=DELTAS)
+    for workers in (0, 2):
+        order = torch.utils.data.DataLoader(ds, batch_size=5, shuffle=False, num_workers=workers, collate_fn=collate)
+        plain = torch.utils.data.DataLoader(ds, batch_size=5, shuffle=False, num_workers=workers)  # default_collate
+        for b, (fast, slow) in enumerate(zip(order, plain)):
+            assert fast["task"] == slow["task"]
+            for k in fast:
+                if k != "task":
+                    np.testing.assert_array_equal(fast[k].numpy(), slow[k].numpy(), err_msg=k)
+            for j in range(len(fast["task"])):
+                _check({k: v[j] for k, v in fast.items()}, _expected(cols, b * 5 + j, DELTAS))
+
+
+def test_a_store_without_lerobot_records_gets_computed_bookkeeping_and_stats(tmp_path):
+    buf = ReplayBuffer.create_empty_numpy()
+    rng = np.random.default_rng(0)
+    for n in (4, 6):
+        buf.add_episode({"img": rng.integers(0, 256, (n, 5, 6, 3), dtype=np.uint8),
+                         "state": rng.standard_normal((n, 2)).astype(np.float32) * 3 + 10})
+    buf.save_to_path(tmp_path / "dp.zarr")
+    ds = LeRobotDataset(tmp_path / "dp.zarr", fps=5, delta_timestamps={"state": [-0.2, 0.0]})
+    s = ds[5]  # episode 1, frame 1
+    assert (int(s["episode_index"]), int(s["frame_index"]), int(s["index"])) == (1, 1, 5)
+    assert float(s["timestamp"]) == np.float32(1 / 5) and s["task"] == ""
+    assert s["state_is_pad"].tolist() == [False, False]
+    np.testing.assert_array_equal(s["state"].numpy(), buf["state"][4:6])
+    assert ds.features["img"]["dtype"] == "image" and s["img"].shape == (3, 5, 6)
+    stats = ds.meta.stats
+    allstate = buf["state"][:].astype(np.float64)
+    np.testing.assert_allclose(stats["state"]["mean"], allstate.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats["state"]["std"], allstate.std(0), rtol=1e-10)
+    img = buf["img"][:].reshape(-1, 3).astype(np.float64) / 255
+    np.testing.assert_allclose(stats["img"]["mean"].ravel(), img.mean(0), rtol=1e-6)
+    assert stats["img"]["mean"].shape == (3, 1, 1) and stats["img"]["count"].tolist() == [10]
+    with pytest.raises(ValueError, match="needs the fps"):
+        LeRobotDataset(tmp_path / "dp.zarr", delta_timestamps={"state": [0.0]})
+    with pytest.raises(TypeError, match="repo_id=PATH or root=PATH"):
+        LeRobotDataset()
+
+
+def test_window_dataset_batches_pass_through_and_share_the_index(lerobot):
+    _, store, _ = lerobot
+    ds = WindowDataset(store, {"cam.rgb": [-1, 0], "action": range(0, 4)}, keys=["cam.rgb", "action"],
+                       channels_first=True)
+    n = len(ds)
+    assert ds._sampler is None and ds._window_index is not None  # sized without keeping the store open
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone._window_index is not None and clone.sampler.window_index is clone._window_index
+    batch = ds.__getitems__([0, 5, n - 1])
+    assert isinstance(batch, Batch) and len(batch) == 3
+    data = collate(batch)
+    assert data is batch.data and data["cam.rgb"].shape == (3, 2, 3, 24, 32) and data["cam.rgb"].dtype == torch.uint8
+    raw = WindowSampler(ReplayBuffer.create_from_path(store), {"cam.rgb": [-1, 0], "action": range(0, 4)},
+                        keys=["cam.rgb", "action"]).sample_batch([0, 5, n - 1])
+    np.testing.assert_array_equal(data["cam.rgb"].numpy(), np.moveaxis(raw["cam.rgb"], -1, -3))
+    np.testing.assert_array_equal(data["action"].numpy(), raw["action"])
+    assert data["cam.rgb"].is_contiguous()
+    assert torch.utils.data.default_collate(batch)["action"].shape == (3, 4, 3)  # torch's own collate works too
+
+
+def test_a_store_changed_under_a_sized_dataset_is_reported(tmp_path):
+    buf = ReplayBuffer.create_empty_numpy()
+    for n in (4, 6):
+        buf.add_episode({"x": np.arange(n, dtype=np.int64)})
+    buf.save_to_path(tmp_path / "a.zarr")
+    ds = WindowDataset(tmp_path / "a.zarr", {"x": [0, 1]})
+    len(ds)
+    clone = pickle.loads(pickle.dumps(ds))
+    rb = ReplayBuffer(str(tmp_path / "a.zarr"))
+    rb.add_episode({"x": np.arange(3, dtype=np.int64)})
+    rb.close()
+    with pytest.raises(RuntimeError, match="store changed"):
+        clone[0]

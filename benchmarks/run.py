@@ -3,7 +3,7 @@
 Sections: sampling, training throughput, ingest, step→episode index, bytes on disk, LeRobot import (see each
 module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
-imports all of Push-T (206 episodes, 25,650 frames) and a two-camera 480x640 LeRobot dataset, about seven
+imports all of Push-T (206 episodes, 25,650 frames) and a two-camera 480x640 LeRobot dataset, about eight
 minutes on 2 cores.
 """
 

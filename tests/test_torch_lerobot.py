@@ -202,3 +202,17 @@ def test_a_store_changed_under_a_sized_dataset_is_reported(tmp_path):
     rb.close()
     with pytest.raises(RuntimeError, match="store changed"):
         clone[0]
+
+
+def test_pack_shared_puts_a_batch_in_one_shared_storage():
+    from replaybuf_core.torch.batch import pack_shared
+
+    data = {"img": torch.arange(2 * 3 * 5, dtype=torch.uint8).reshape(2, 3, 5), "pad": torch.tensor([[True, False]] * 2),
+            "act": torch.randn(2, 4, dtype=torch.float64), "task": ["a", "b"]}
+    out = pack_shared(data)
+    assert out["task"] is data["task"]
+    ptrs = {out[k].untyped_storage().data_ptr() for k in ("img", "pad", "act")}
+    assert len(ptrs) == 1 and out["img"].is_shared()
+    for k in ("img", "pad", "act"):
+        assert out[k].dtype == data[k].dtype and torch.equal(out[k], data[k])
+        assert out[k].storage_offset() * out[k].element_size() % 64 == 0

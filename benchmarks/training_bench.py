@@ -9,6 +9,9 @@ Same windows everywhere (diffusion_policy's Push-T setting: 2 image frames, 2 st
 * before — ``SequenceDataset`` (16-slot windows, 14 image slots unread) under torch's
   ``default_collate``, i.e. each batch split into samples and restacked: what the DataLoader path
   did before this section existed;
+* before, torch intra-op threads 1 — the same, with ``torch.set_num_threads(1)``: the CPU it saves
+  is what ``torch.stack``'s OpenMP team spends beside the decode threads (one cause of the old
+  path's slow rounds: under contention its CPU per sample grew, the threads-1 variant's did not);
 * video reference — the same two frames per sample decoded with PyAV from per-episode mp4s of the
   Push-T frames (H.264, and AV1 as LeRobot encodes them: ``g=2``, ``crf=30``, yuv420p), seeking to
   the keyframe before the first frame: what a video-backed loader pays per sample (frames only).
@@ -136,6 +139,19 @@ def _loader(ds, order: np.ndarray, workers: int, collate_fn):
     return iter(torch.utils.data.DataLoader(ds, batch_sampler=batches, num_workers=workers, collate_fn=collate_fn))
 
 
+def _one_torch_thread(batches):
+    """Iterate ``batches`` with torch's intra-op pool at one thread (default_collate's ``torch.stack``
+    then runs on the calling thread, no OpenMP team waiting beside the decode threads)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield from batches
+    finally:
+        torch.set_num_threads(before)
+
+
 def _video_reference(store: Path, tmp: Path, codec: str, n_episodes: int, n_samples: int) -> dict:
     """Encode the img frames of the first episodes per episode, then decode 2 frames per sample."""
     import av
@@ -240,6 +256,7 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
         "DataLoader, 0 workers (WindowDataset + collate)": lambda order: _loader(new, order, 0, collate),
         "DataLoader, 2 workers": lambda order: _loader(new, order, 2, collate),
         "before: SequenceDataset + default_collate, 0 workers": lambda order: _loader(old, order, 0, default_collate),
+        "before, torch intra-op threads 1": lambda order: _one_torch_thread(_loader(old, order, 0, default_collate)),
     }
     results: dict[str, list[dict]] = {k: [] for k in ways}
     peaks: dict[str, float] = {}

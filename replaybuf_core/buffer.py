@@ -18,15 +18,12 @@ Rules this class holds, whatever the backend:
 
 from __future__ import annotations
 
-import functools
 import logging
-import numbers
 import os
 import threading
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -34,86 +31,28 @@ import numpy as np
 from . import registry
 from .chunks import check_chunks_compatible, get_optimal_chunks
 from .compressors import resolve_compressor as _resolve_compressor
-from .copying import copy_array
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from . import locking
-from .errors import CapabilityError, EmptyBufferError, ReadOnlyError
-from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend, read_rows_via_ranges
+from .buffer_checks import _as_episode_array, _check_key, _serialized
+from .buffer_copying import StoreCopying
+from .buffer_reading import StepReading
+from .errors import EmptyBufferError, ReadOnlyError
+from .protocol import CAP_CHUNKS, StorageBackend
 from .recovered_view import RecoveredView
-from .recovery import COMMIT_RECORD, RecoveryReport, is_temp_name, recover, temp_names, write_commit_record
-from .replace import build_beside, holding_lock
+from .rechunk import ChunkCodecEditing, rechunk_array
+from .recovery import RecoveryReport, is_temp_name, recover, write_commit_record
 from .writer import EpisodeWriter
+
+__all__ = ["ReplayBuffer", "rechunk_array"]
 
 logger = logging.getLogger(__name__)
 
 EPISODE_ENDS = "episode_ends"
 EPISODE_ENDS_CHUNK = 4096
-IF_EXISTS = ("replace", "raise", "skip")
 
 
-def _serialized(method):
-    """Run a mutating method under the buffer's lock: threads writing through one buffer take
-    turns (each call whole), instead of interleaving resizes and commits."""
 
-    @functools.wraps(method)
-    def run(self, *args, **kwargs):
-        with self._mutex:
-            return method(self, *args, **kwargs)
-
-    return run
-
-
-#: characters no key may hold: path separators of any platform (zarr, HDF5 and the file system
-#: would read ``a\b`` as a path), and control characters
-_BAD_KEY_CHARS = frozenset("/\\") | frozenset(chr(c) for c in range(32)) | {chr(127)}
-
-
-#: names a store's own files use (zarr v3/v2 metadata, the writer lock): never keys
-_RESERVED_KEYS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata", ".replaybuf.lock"})
-#: longest key (UTF-8 bytes): a file name holds 255, rechunk temp names add ``_temp_old.``
-MAX_KEY_BYTES = 240
-
-
-def _check_key(key: Any, what: str = "data key") -> None:
-    if not isinstance(key, str):
-        raise TypeError(f"{what} must be a str, got {type(key).__name__} {key!r}")
-    if key == "" or key in (".", "..") or set(key) & _BAD_KEY_CHARS:
-        raise ValueError(f"{what} {key!r} is invalid: keys must be non-empty, not '.'/'..', and hold "
-                         "no '/', no backslash and no control character")
-    if key in _RESERVED_KEYS:
-        raise ValueError(f"{what} {key!r} is reserved: stores keep their own metadata under that name")
-    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
-        raise ValueError(f"{what} {key[:40]!r}... is {len(key.encode('utf-8'))} bytes long: keys hold at most "
-                         f"{MAX_KEY_BYTES} (they become file names)")
-    if is_temp_name(key):
-        raise ValueError(f"{what} {key!r} is reserved for rechunk temp arrays ('_temp', '_temp.*', '_temp_old*')")
-
-
-def _as_episode_array(key: str, value: Any) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.ndim == 0:
-        raise ValueError(f"data key {key!r}: a 0-d value has no time axis; pass an array of shape (T, ...)")
-    if arr.dtype == object:
-        if not all(isinstance(v, str) for v in arr.flat):
-            bad = next(v for v in arr.flat if not isinstance(v, str))
-            raise TypeError(f"data key {key!r}: object arrays may hold only str, found {type(bad).__name__}")
-    elif arr.dtype.kind == "U":
-        arr = arr.astype(object)
-    elif arr.dtype.kind not in "biufc":
-        raise TypeError(f"data key {key!r}: unsupported dtype {arr.dtype}")
-    return arr
-
-
-def _check_index(idx: Any, n: int, what: str = "episode") -> int:
-    if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, (numbers.Integral, np.integer)):
-        raise TypeError(f"{what} index must be an int, got {type(idx).__name__} {idx!r}")
-    i = int(idx)
-    if not -n <= i < n:
-        raise IndexError(f"{what} index {i} is out of range for a buffer of {n} episodes")
-    return i + n if i < 0 else i
-
-
-class ReplayBuffer:
+class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing):
     """An episodic replay buffer on a storage backend (zarr, numpy, or an installed plugin).
 
     Args:
@@ -144,6 +83,10 @@ class ReplayBuffer:
     Writable opens of a local directory take the writer lock ``<store>/.replaybuf.lock`` (see
     :mod:`replaybuf_core.locking`), released by :meth:`close` / leaving a ``with`` block, or when the
     process dies.  Use ``with ReplayBuffer(path) as rb:``.
+
+    The class is written in parts: opening, bookkeeping and writing here; copying and saving in
+    :mod:`replaybuf_core.buffer_copying`; reading in :mod:`replaybuf_core.buffer_reading`; chunk and
+    codec changes in :mod:`replaybuf_core.rechunk`.
     """
 
     # ------------------------------------------------------------------ opening / creating
@@ -251,214 +194,6 @@ class ReplayBuffer:
         path = os.path.expanduser(os.fspath(zarr_path))
         return cls(path, backend=backend, read_only=True)
 
-    @classmethod
-    def copy_from_store(
-        cls,
-        src_store: Any,
-        store: Any = None,
-        keys: list[str] | None = None,
-        chunks: dict[str, tuple[int, ...]] | None = None,
-        compressors: dict[str, Any] | None = None,
-        if_exists: str = "replace",
-        backend: str | None = None,
-        **kwargs: Any,
-    ) -> ReplayBuffer:
-        """Copy the buffer in ``src_store`` (a store, group, dict or path) into a new buffer.
-
-        ``store=None`` and ``backend=None`` load it into memory (NumPy backend), as the seed did.
-        Otherwise the destination is ``store`` on ``backend`` (default: the backend that claims
-        ``store``).  ``keys`` limits the data keys copied; ``chunks`` / ``compressors`` map keys to
-        new chunk shapes / codecs.  The copy streams block by block (memory bounded by a few chunks).
-        """
-        src = cls(registry.open_backend(src_store, read_only=True))
-        return src._copy_to_new(store, backend, keys=keys, chunks=chunks, compressors=compressors,
-                                if_exists=if_exists, **kwargs)
-
-    @classmethod
-    def copy_from_path(
-        cls,
-        zarr_path: str | os.PathLike,
-        backend: str | None = None,
-        store: Any = None,
-        keys: list[str] | None = None,
-        chunks: dict[str, tuple[int, ...]] | None = None,
-        compressors: dict[str, Any] | None = None,
-        if_exists: str = "replace",
-        **kwargs: Any,
-    ) -> ReplayBuffer:
-        """Copy the store at ``zarr_path`` (``~`` expanded; zarr v2/v3 directory or ``.zip``) into a
-        new buffer: into memory (NumPy) when ``store`` and ``backend`` are None, else into ``store`` on
-        ``backend``.  ``backend="numpy"`` is deprecated (logs a warning; same as leaving it None)."""
-        if backend == "numpy":
-            logger.warning("copy_from_path(backend='numpy') is deprecated: leave backend and store None")
-            backend, store = None, None
-        src_path = os.path.expanduser(os.fspath(zarr_path))
-        return cls.copy_from_store(src_path, store=store, keys=keys, chunks=chunks,
-                                   compressors=compressors, if_exists=if_exists, backend=backend, **kwargs)
-
-    def save_to_store(
-        self,
-        store: Any,
-        chunks: dict[str, tuple[int, ...]] | None = None,
-        compressors: dict[str, Any] | None = None,
-        if_exists: str = "replace",
-        backend: str | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Write this buffer into ``store`` (backend: ``backend`` or the one claiming ``store``) and
-        return ``store``.  Chunks/codecs: explicit per key → this buffer's → defaults."""
-        if store is None:
-            raise ValueError("save_to_store needs a store; use copy_from_store(..., store=None) for memory")
-        saved = self._copy_to_new(store, backend or registry.guess_backend(store).name, chunks=chunks,
-                                  compressors=compressors, if_exists=if_exists, **kwargs)
-        saved.store.close()  # file backends release the file; the caller keeps ``store``
-        return store
-
-    def save_to_path(self, zarr_path: str | os.PathLike, chunks=None, compressors=None,
-                     if_exists: str = "replace", **kwargs: Any) -> Any:
-        """Write this buffer to a zarr ``LocalStore`` at ``zarr_path`` (``~`` expanded); returns the
-        store.  ``if_exists="replace"`` builds the new store beside an existing one and swaps it in
-        at the end; ``"raise"``/``"skip"`` write into it.  Either way the store's writer lock is
-        held meanwhile: a store another process is recording into is never touched
-        (``StoreLockedError``), and a failed save leaves the old store as it was."""
-        path = os.path.expanduser(os.fspath(zarr_path))
-        backend = kwargs.pop("backend", "zarr")
-        self._validate_copy_args(None, chunks, compressors, if_exists)
-        self._copy_to_path(path, backend, chunks=chunks, compressors=compressors, if_exists=if_exists, **kwargs)
-        dst = registry.get_backend(backend).open(path, read_only=True)
-        root = dst.root
-        dst.close()
-        return getattr(root, "store", root)
-
-    # ------------------------------------------------------------------ copying internals
-    def _copy_to_new(self, store: Any, backend: str | None, *, keys=None, chunks=None, compressors=None,
-                     if_exists="replace", **kwargs: Any) -> ReplayBuffer:
-        if store is None and backend is None:
-            backend = "numpy"
-        entry = registry.get_backend(backend) if backend else registry.guess_backend(store)
-        self._validate_copy_args(keys, chunks, compressors, if_exists)
-        if isinstance(store, (str, os.PathLike)) and "://" not in os.fspath(store):
-            path = os.path.expanduser(os.fspath(store))
-            self._copy_to_path(path, entry.name, keys=keys, chunks=chunks, compressors=compressors,
-                               if_exists=if_exists, **kwargs)
-            return type(self)(path, backend=entry.name)
-        dst = entry.create(store, if_exists="append", **kwargs)
-        self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
-        return type(self)(dst)
-
-    def _copy_to_path(self, path: str, backend: str, *, keys=None, chunks=None, compressors=None,
-                      if_exists="replace", **kwargs: Any) -> None:
-        """Copy into the store at local ``path`` on ``backend``: ``replace`` builds beside it and
-        swaps (:func:`~replaybuf_core.replace.build_beside`), the other modes write into it; both
-        under its writer lock."""
-        entry = registry.get_backend(backend)
-        if if_exists == "replace":
-            with build_beside(path) as beside:
-                dst = entry.create(os.fspath(beside.path), if_exists="append", **kwargs)
-                try:
-                    self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
-                finally:
-                    dst.close()
-            return
-        with holding_lock(path):
-            dst = entry.create(path, if_exists="append", **kwargs)
-            try:
-                self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
-            finally:
-                dst.close()
-
-    def _validate_copy_args(self, keys, chunks, compressors, if_exists) -> list[str]:
-        if if_exists not in IF_EXISTS:
-            raise ValueError(f"if_exists must be one of {IF_EXISTS}, got {if_exists!r}")
-        all_keys = self.keys()
-        keys = all_keys if keys is None else list(keys)
-        for k in keys:
-            if k not in all_keys:
-                raise KeyError(f"data key {k!r} is not in the buffer (keys: {all_keys})")
-        for k, c in (chunks or {}).items():
-            if k not in all_keys:
-                raise KeyError(f"chunks given for {k!r}, which is not a data key (keys: {all_keys})")
-            check_chunks_compatible(c, self._store.shape("data", k))
-        for k, c in (compressors or {}).items():
-            if k not in all_keys:
-                raise KeyError(f"compressor given for {k!r}, which is not a data key (keys: {all_keys})")
-            _resolve_compressor(c)
-        return keys
-
-    def _copy_into(self, dst: StorageBackend, *, keys=None, chunks=None, compressors=None,
-                   if_exists="replace") -> None:
-        keys = self._validate_copy_args(keys, chunks, compressors, if_exists)
-        chunks, compressors = chunks or {}, compressors or {}
-        for group in ("data", "meta"):
-            dst.require_group(group)
-        names = [("data", k) for k in keys] + [("meta", k) for k in self._store.list_arrays("meta")]
-        if if_exists == "raise":
-            taken = [f"{g}/{k}" for g, k in names if dst.has_array(g, k)]
-            if taken:
-                raise FileExistsError(f"the destination already holds {taken}; pass if_exists='replace'")
-        # data first, meta/episode_ends last: the destination becomes a valid buffer only at the end
-        if dst.has_array("meta", EPISODE_ENDS) and if_exists == "replace":
-            dst.delete_array("meta", EPISODE_ENDS)
-        if if_exists == "replace":  # the old buffer's other data keys would not match the new lengths
-            for stale in set(dst.list_arrays("data")) - set(keys):
-                dst.delete_array("data", stale)
-        for group, key in names:
-            if dst.has_array(group, key):
-                if if_exists == "skip":
-                    continue
-                dst.delete_array(group, key)
-            if group == "meta":
-                if key == EPISODE_ENDS:
-                    continue
-                copy_array(self._store, "meta", key, dst, "meta", key)
-                continue
-            ck, codec, shards = self._resolve_layout(key, dst, chunks.get(key), compressors.get(key, "__source__"))
-            copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps,
-                       chunks=ck, codec=codec, shards=shards)
-        for group in ("data", "meta"):  # provenance (e.g. an import's conversions) travels along
-            attrs = {k: v for k, v in self._store.get_attrs(group).items() if k != COMMIT_RECORD}
-            if attrs:  # (the commit record is written for the destination's own commit, below)
-                dst.set_attrs(group, attrs)
-        if not dst.has_array("meta", EPISODE_ENDS):
-            self._ensure_episode_ends(dst)
-        dst.resize("meta", EPISODE_ENDS, self._n_ep)
-        if self._n_ep:
-            dst.write("meta", EPISODE_ENDS, 0, self.episode_ends)
-        write_commit_record(dst, self._n_ep, self.n_steps)
-        dst.flush()
-
-    def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any):
-        """Chunk resolution: explicit → this buffer's array → ``get_optimal_chunks`` (2 MB target);
-        codec: explicit → this buffer's → the "default" preset.  Shards are kept when the chunks are."""
-        s = self._store
-        shape, dtype = s.shape("data", key), s.dtype("data", key)
-        src_chunks = s.chunks("data", key) if CAP_CHUNKS in s.capabilities else None
-        src_shards = s.shards("data", key) if CAP_SHARDS in s.capabilities else None
-        if chunks is not None:
-            ck = tuple(int(c) for c in chunks)
-        elif src_chunks is not None:
-            ck = tuple(src_chunks)
-        else:
-            ck = get_optimal_chunks((max(shape[0], 1),) + tuple(shape[1:]), dtype)
-        shards = src_shards if (src_shards is not None and ck == src_chunks) else None
-        if CAP_SHARDS not in dst.capabilities:
-            shards = None
-        if compressor == "__source__":
-            codec = s.codec("data", key) if CAP_CODECS in s.capabilities else _resolve_compressor("default")
-            accepts = getattr(dst, "accepts_codec", None)
-            if codec is not None and callable(accepts) and not accepts(codec):
-                logger.warning("data key %r: the %s backend cannot use the source codec %r; using the "
-                               "'default' preset", key, dst.name, codec)
-                codec = _resolve_compressor("default")
-        else:
-            codec = _resolve_compressor(compressor)
-        return ck, codec, shards
-
-    # ------------------------------------------------------------------ static helpers
-    @staticmethod
-    def resolve_compressor(compressor: Any = "default") -> Any:
-        """See :func:`replaybuf_core.compressors.resolve_compressor`."""
-        return _resolve_compressor(compressor)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -802,225 +537,3 @@ class ReplayBuffer:
         episode = self.get_episode(self._n_ep - 1, copy=True)
         self.drop_episode()
         return episode
-
-    # ------------------------------------------------------------------ reading
-    def get_episode_slice(self, idx: int) -> slice:
-        """``slice(start, stop)`` of episode ``idx`` in step indices (negative ``idx`` counts from the
-        end). Raises IndexError (out of range, naming index and count) / TypeError (not an int)."""
-        i = _check_index(idx, self._n_ep)
-        start = int(self._ends[i - 1]) if i > 0 else 0
-        return slice(start, int(self._ends[i]))
-
-    def get_episode(self, idx: int, copy: bool = False) -> dict[str, np.ndarray]:
-        """Episode ``idx`` as key → array (T, ...); O(1) index resolution, negative allowed.
-
-        ``copy=False`` may return views into in-memory storage. Raises IndexError / TypeError."""
-        sl = self.get_episode_slice(idx)
-        return self.get_steps_slice(sl.start, sl.stop, copy=copy)
-
-    def get_steps_slice(self, start: int | None, stop: int | None, step: int | None = None,
-                        copy: bool = False) -> dict[str, np.ndarray]:
-        """Steps ``[start:stop:step]`` (Python slice semantics over ``n_steps``) of every data key.
-
-        Raises:
-            ValueError: ``step`` ≤ 0.
-        """
-        if step is not None and step <= 0:
-            raise ValueError(f"step must be positive, got {step}")
-        a, b, st = slice(start, stop, step).indices(self.n_steps)
-        b = max(a, b)
-        out = {}
-        for key in self.keys():
-            x = self._store.read("data", key, a, b, st if st != 1 else None)
-            # backends hand out fresh arrays or views of their memory; copy only the views
-            out[key] = x.copy() if copy and not x.flags.owndata else x
-        return out
-
-    def read_ranges(self, key: str, starts, stops) -> list[np.ndarray]:
-        """Rows ``[starts[i], stops[i])`` of data ``key`` for every i (one ndarray each), served by the
-        backend's batched reader when it has one.  The arrays may be read-only views of the backend's
-        cache or memory: copy one before writing to it.
-
-        Raises:
-            KeyError: unknown key.  ValueError: ranges outside ``[0, n_steps]`` or lengths differ.
-        """
-        if key not in self:
-            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
-        starts = np.asarray(starts, dtype=np.int64)
-        stops = np.asarray(stops, dtype=np.int64)
-        if starts.shape != stops.shape or starts.ndim != 1:
-            raise ValueError(f"starts {starts.shape} and stops {stops.shape} must be 1-D of one length")
-        if starts.size and (starts.min() < 0 or stops.max() > self.n_steps or np.any(stops < starts)):
-            raise ValueError(f"row ranges must satisfy 0 <= start <= stop <= n_steps={self.n_steps}")
-        return self._store.read_ranges("data", key, starts, stops)
-
-    def read_rows(self, key: str, rows, out: np.ndarray | None = None) -> np.ndarray:
-        """Gather steps ``rows`` (int array of any shape) of data ``key``: returns an array of shape
-        ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view), decoding
-        every chunk touched once.  The sampler's batch path; NumPy buffers do one fancy index.
-
-        Raises:
-            KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``.
-            ValueError: ``out`` of the wrong shape.
-        """
-        rows, out = self._rows_and_out(key, rows, out)
-        gather = getattr(self._store, "read_rows", None)
-        if gather is not None:
-            return gather("data", key, rows, out)
-        return read_rows_via_ranges(self._store, "data", key, rows, out)
-
-    def read_rows_async(self, key: str, rows, out: np.ndarray | None = None) -> Any:
-        """Start :meth:`read_rows`: returns an object whose ``result()`` completes the read and
-        returns the filled array.  On backends with ``read_rows_async`` (zarr) thread-pool helpers
-        start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
-        join in; elsewhere the read is done before returning.  Leave ``out`` alone until
-        ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
-        rows, out = self._rows_and_out(key, rows, out)
-        start = getattr(self._store, "read_rows_async", None)
-        if start is not None:
-            return start("data", key, rows, out)
-        done: Future = Future()
-        gather = getattr(self._store, "read_rows", None)
-        done.set_result(gather("data", key, rows, out) if gather is not None
-                        else read_rows_via_ranges(self._store, "data", key, rows, out))
-        return done
-
-    def _rows_and_out(self, key: str, rows, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        if key not in self:
-            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= self.n_steps):
-            bad = rows[(rows < 0) | (rows >= self.n_steps)].flat[0]
-            raise IndexError(f"row {int(bad)} is out of range for {self.n_steps} steps")
-        shape = rows.shape + tuple(self._store.shape("data", key)[1:])
-        if out is None:
-            out = np.empty(shape, dtype=self._store.dtype("data", key))
-        elif out.shape != shape:
-            raise ValueError(f"out has shape {out.shape}, expected {shape}")
-        return rows, out
-
-    # ------------------------------------------------------------------ read cache
-    @property
-    def cache_bytes(self) -> int | None:
-        """Capacity in bytes of the backend's cache of decoded chunks (zarr: 256 MiB by default,
-        shared by every key of this buffer); None for backends without one.  Set it to trade memory
-        for speed: a cache as large as the decoded data set makes repeated sampling run from memory.
-
-        Raises ValueError when set to a negative number; CapabilityError when the backend has no cache."""
-        return getattr(self._store, "cache_bytes", None)
-
-    @cache_bytes.setter
-    def cache_bytes(self, value: int) -> None:
-        if not hasattr(self._store, "cache_bytes"):
-            raise CapabilityError(f"the {self.backend!r} backend has no chunk cache")
-        self._store.cache_bytes = value
-
-    def warm(self, keys: list[str] | None = None) -> None:
-        """Load the named data keys (default: all) wholly into memory, so later reads of them never
-        touch the store — what diffusion_policy users get from ``copy_from_path``, without copying
-        the buffer.  A no-op for in-memory backends; backends without ``pin`` ignore it.
-
-        Raises KeyError naming an unknown key."""
-        keys = self.keys() if keys is None else list(keys)
-        for key in keys:
-            if key not in self:
-                raise KeyError(f"warm: no data key {key!r} (keys: {self.keys()})")
-        pin = getattr(self._store, "pin", None)
-        if pin is not None:
-            for key in keys:
-                pin("data", key)
-
-    # ------------------------------------------------------------------ chunks / codecs
-    def _require_cap(self, cap: str, what: str) -> None:
-        if cap not in self._store.capabilities:
-            raise CapabilityError(f"{what} needs a backend with {cap!r}; the {self.backend!r} backend has "
-                                  f"{sorted(self._store.capabilities)}")
-
-    def get_chunks(self) -> dict[str, tuple[int, ...]]:
-        """key → chunk shape. Raises CapabilityError (a RuntimeError) without chunk support."""
-        self._require_cap(CAP_CHUNKS, "get_chunks")
-        return {k: tuple(self._store.chunks("data", k)) for k in self.keys()}
-
-    @_serialized
-    def set_chunks(self, chunks: Mapping[str, tuple[int, ...]]) -> None:
-        """Rechunk the named arrays (streaming; the new array is written beside the old and swapped).
-
-        Raises:
-            CapabilityError: backend without chunks.  KeyError: unknown key.
-            ValueError / TypeError: chunk tuples rejected by :func:`check_chunks_compatible`.
-        """
-        self._require_cap(CAP_CHUNKS, "set_chunks")
-        self._require_writable()
-        for key, ck in chunks.items():
-            if key not in self:
-                raise KeyError(f"set_chunks: no data key {key!r} (keys: {self.keys()})")
-            check_chunks_compatible(ck, self._store.shape("data", key))
-        for key, ck in chunks.items():
-            if tuple(ck) != tuple(self._store.chunks("data", key)):
-                rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck))
-
-    def get_compressors(self) -> dict[str, Any]:
-        """key → codec (compressor, or the serializer such as WebP for image arrays; None if none)."""
-        self._require_cap(CAP_CODECS, "get_compressors")
-        return {k: self._store.codec("data", k) for k in self.keys()}
-
-    @_serialized
-    def set_compressors(self, compressors: Mapping[str, Any]) -> None:
-        """Recompress the named arrays (preset names or codecs), keeping their chunks.
-
-        Raises: CapabilityError, KeyError (unknown key), ValueError (unknown preset name)."""
-        self._require_cap(CAP_CODECS, "set_compressors")
-        self._require_writable()
-        resolved = {}
-        for key, c in compressors.items():
-            if key not in self:
-                raise KeyError(f"set_compressors: no data key {key!r} (keys: {self.keys()})")
-            resolved[key] = _resolve_compressor(c)
-        for key, codec in resolved.items():
-            if not _same_codec(self._store, key, codec):
-                rechunk_array(self._store, "data", key, codec=codec)
-
-
-def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:
-    same = getattr(store, "codecs_equal", None)
-    current = store.codec("data", key)
-    if callable(same):
-        return bool(same(current, codec))
-    return current == codec
-
-
-_KEEP = object()
-
-
-def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple[int, ...] | None = None,
-                  codec: Any = _KEEP, shards: Any = _KEEP, tmp_key: str = "_temp") -> None:
-    """Rewrite ``group/name`` with new chunks and/or codec: stream into ``<tmp_key>.<name>`` beside it,
-    then swap (old → ``<tmp_key>_old.<name>``, new → name, delete old), so a failure midway loses
-    nothing; a process killed midway leaves temps that :func:`replaybuf_core.recovery.recover` (run
-    by the next open) rolls back or deletes.
-
-    ``chunks=None`` keeps the current chunks; ``codec``/``shards`` default to the current ones (shards
-    are dropped when the new chunk length does not divide them).
-    """
-    old_chunks = tuple(store.chunks(group, name))
-    new_chunks = tuple(chunks) if chunks is not None else old_chunks
-    check_chunks_compatible(new_chunks, store.shape(group, name))
-    if codec is _KEEP:
-        codec = store.codec(group, name)
-    if shards is _KEEP:
-        shards = store.shards(group, name) if CAP_SHARDS in store.capabilities else None
-        if shards is not None and any(s % c for s, c in zip(shards, new_chunks)):
-            shards = None
-    tmp_key, backup = temp_names(name, tmp_key)  # the names say whose temps they are (recovery)
-    for stale in (tmp_key, backup):
-        if store.has_array(group, stale):
-            store.delete_array(group, stale)
-    try:
-        copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards)
-    except BaseException:
-        if store.has_array(group, tmp_key):  # else it shows up as a data key
-            store.delete_array(group, tmp_key)
-        raise
-    store.rename_array(group, name, backup)
-    store.rename_array(group, tmp_key, name)
-    store.delete_array(group, backup)

@@ -236,6 +236,8 @@ class SequenceSampler:
         first, end_margin = skip_initial - pad_before, sequence_length - pad_after
         if window_index is None:
             window_index = WindowIndex(ends, first, end_margin, mask)
+        elif not isinstance(window_index, WindowIndex):
+            raise TypeError(f"window_index must be a WindowIndex, got {type(window_index).__name__}")
         else:
             window_index.check_matches(ends, first, end_margin, mask)
         self.window_index: WindowIndex = window_index

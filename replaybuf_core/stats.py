@@ -4,7 +4,8 @@ Moments are merged block by block with the pairwise update of Chan, Golub & LeVe
 formulae and a pairwise algorithm for computing sample variances", 1979) — never a running sum of
 squares, which loses every digit once the mean dwarfs the spread.  ``std`` is the population
 standard deviation (``np.std``'s default, LeRobot's ``compute_stats``).  Camera frames (uint8
-(H, W, C)) are summarised per channel on ``x / 255``, shaped (C, 1, 1) as LeRobot stores them.
+(H, W, C)) are summarised per channel on ``x / 255``, shaped (C, 1, 1) as LeRobot stores them, from
+exact 256-bin histograms.
 """
 
 from __future__ import annotations
@@ -64,13 +65,46 @@ def _is_frames(shape: tuple[int, ...], dtype: np.dtype) -> bool:
     return dtype == np.uint8 and len(shape) == 4 and shape[-1] in (1, 3, 4)
 
 
+def _reader(buffer: Any, key: str):
+    """``read(a, b)`` -> rows ``[a, b)`` of ``key``, through the buffer's batched reader when it has
+    one (zarr: the fast chunk reader on the codec pool, not zarr-python's per-call machinery)."""
+    ranges = getattr(buffer, "read_ranges", None)
+    if callable(ranges):
+        return lambda a, b: ranges(key, [a], [b])[0]
+    arr = buffer[key]
+    return lambda a, b: np.asarray(arr[a:b])
+
+
+def _frame_stats(read, arr: Any, n_steps: int, channels: int) -> dict[str, np.ndarray]:
+    """Per-channel statistics of uint8 frames on ``x / 255`` from exact 256-bin histograms
+    (``np.bincount`` per channel; integer counts, so nothing is lost to float sums)."""
+    hist = np.zeros((channels, 256), dtype=np.int64)
+    frame_bytes = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)))
+    step = max(1, BLOCK_BYTES // frame_bytes)
+    for a in range(0, n_steps, step):
+        block = read(a, min(a + step, n_steps)).reshape(-1, channels)
+        for c in range(channels):
+            hist[c] += np.bincount(np.ascontiguousarray(block[:, c]), minlength=256)
+    values = np.arange(256, dtype=np.float64) / 255
+    count = hist.sum(axis=1)
+    mean = (hist * values).sum(axis=1) / np.maximum(count, 1)
+    var = (hist * (values[None, :] - mean[:, None]) ** 2).sum(axis=1) / np.maximum(count, 1)
+    seen = hist > 0
+    lo = np.where(seen.any(axis=1), np.argmax(seen, axis=1), 0) / 255
+    hi = np.where(seen.any(axis=1), 255 - np.argmax(seen[:, ::-1], axis=1), 0) / 255
+    shape = (channels, 1, 1)
+    return {"min": lo.reshape(shape), "max": hi.reshape(shape), "mean": mean.reshape(shape),
+            "std": np.sqrt(var).reshape(shape), "count": np.array([n_steps], dtype=np.int64)}
+
+
 def compute_stats(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Statistics of the numeric / bool data keys of ``buffer`` over all its steps.
 
     Returns:
         ``{key: {"min", "max", "mean", "std", "count"}}``; per feature dimension (the step shape),
-        or per channel (C, 1, 1) of ``x / 255`` for camera frames (uint8 (H, W, C) steps).  Keys of
-        other kinds (strings) are left out.
+        or per channel (C, 1, 1) of ``x / 255`` for camera frames (uint8 (H, W, C) steps, from exact
+        per-channel histograms; ``count`` counts frames, as LeRobot does).  Keys of other kinds
+        (strings) are left out.
 
     Raises:
         KeyError: a key of ``keys`` not in the buffer.
@@ -83,18 +117,14 @@ def compute_stats(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, d
         dtype, shape = np.dtype(arr.dtype), tuple(arr.shape)
         if dtype.kind not in "biuf":
             continue
-        frames = _is_frames(shape, dtype)
-        m = Moments((shape[-1],) if frames else shape[1:])
+        read = _reader(buffer, key)
+        if _is_frames(shape, dtype):
+            out[key] = _frame_stats(read, arr, n_steps, shape[-1])
+            continue
+        m = Moments(shape[1:])
         row_values = max(1, int(np.prod(shape[1:], dtype=np.int64)))
         step = max(1, BLOCK_BYTES // (8 * row_values))  # the float64 copy of a block stays ~64 MiB
         for a in range(0, n_steps, step):
-            block = np.asarray(arr[a: min(a + step, n_steps)])
-            if frames:
-                block = block.reshape(-1, shape[-1]).astype(np.float32) / np.float32(255)
-            m.add(block)
-        res = m.result()
-        if frames:
-            res = {k: v.reshape(-1, 1, 1) for k, v in res.items() if k != "count"}
-            res["count"] = np.array([n_steps], dtype=np.int64)  # frames, as LeRobot counts them
-        out[key] = res
+            m.add(read(a, min(a + step, n_steps)))
+        out[key] = m.result()
     return out

@@ -13,9 +13,25 @@ instead of rebuilding it.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from replaybuf_core.sampler_indices import validate_index_args
+
+#: offsets and window bounds are kept far inside int64, so the index math never wraps
+MAX_OFFSET = 2**40
+
+
+def check_offset(name: str, value) -> int:
+    """``value`` as an int in ``[-MAX_OFFSET, MAX_OFFSET]``; TypeError for non-ints (bool, float,
+    str), ValueError outside that range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if abs(value) > MAX_OFFSET:
+        raise ValueError(f"{name} = {value} is beyond +-2**40 steps")
+    return value
 
 __all__ = ["WindowIndex"]
 
@@ -45,6 +61,7 @@ class WindowIndex:
     """
 
     def __init__(self, episode_ends, first: int, end_margin: int, episode_mask=None):
+        first, end_margin = check_offset("first", first), check_offset("end_margin", end_margin)
         ends, _, mask, _, _, _ = validate_index_args(episode_ends, 1, episode_mask)
         starts = np.empty_like(ends)
         if ends.size:
@@ -89,7 +106,9 @@ class WindowIndex:
         return self.episode_start.nbytes + self.episode_length.nbytes + self.window_end.nbytes
 
     def normalize(self, windows) -> np.ndarray:
-        """Window numbers as int64 (B,), negative ones counted from the end as in Python.
+        """Window numbers as int64 (B,), negative ones counted from the end as in Python (any
+        integer dtype; unsigned or Python-int numbers too large for int64 are out of range, never
+        wrapped).
 
         Raises:
             TypeError: non-integer (or bool) window numbers.  ValueError: more than one dimension.
@@ -97,10 +116,18 @@ class WindowIndex:
         """
         n = self.n_windows
         arr = np.asarray(windows)
+        if arr.dtype == object and arr.size and all(
+                isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in arr.flat):
+            bad = [int(v) for v in arr.flat if not -n <= int(v) < n]  # Python ints beyond int64
+            if bad:
+                raise IndexError(f"window index {bad[0]} out of range for {n} windows")
+            arr = arr.astype(np.int64)
         if arr.dtype == np.bool_ or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
             raise TypeError(f"window indices must be integers, got dtype {arr.dtype}")
         if arr.ndim > 1:
             raise ValueError(f"window indices must be a 1-D array, got shape {arr.shape}")
+        if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= n:  # before a cast could wrap it
+            raise IndexError(f"window index {int(arr.max())} out of range for {n} windows")
         arr = arr.astype(np.int64, copy=False).reshape(-1)
         bad = (arr < -n) | (arr >= n)
         if bad.any():
@@ -119,6 +146,9 @@ class WindowIndex:
 
         Raises IndexError for an episode outside ``[0, E)``."""
         n_ep = self.window_end.size
+        if isinstance(episode, (bool, np.bool_)) or not isinstance(episode, numbers.Integral):
+            raise TypeError(f"episode must be an int, got {type(episode).__name__} {episode!r}")
+        episode = int(episode)
         if not 0 <= episode < n_ep:
             raise IndexError(f"episode {episode} out of range for {n_ep} episodes")
         stop = int(self.window_end[episode])

@@ -29,7 +29,7 @@ import numpy as np
 
 from replaybuf_core.sampler import _pad_value, _sample_dtype
 from replaybuf_core.sampler_indices import _check_int, validate_index_args
-from replaybuf_core.window_index import WindowIndex
+from replaybuf_core.window_index import MAX_OFFSET, WindowIndex
 
 __all__ = ["WindowSampler", "delta_timestamps_to_steps", "IS_PAD_SUFFIX"]
 
@@ -57,16 +57,22 @@ def delta_timestamps_to_steps(delta_timestamps: Mapping[str, Sequence[float]], f
             that is not a multiple of ``1 / fps`` (the message names the key and the delta).
     """
     fps = float(fps)
-    if not fps > 0:
-        raise ValueError(f"fps must be > 0, got {fps}")
+    if not (fps > 0 and np.isfinite(fps)):
+        raise ValueError(f"fps must be a finite number > 0, got {fps}")
     if not float(tolerance_s) >= 0:
         raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
     out = {}
     for key, deltas in delta_timestamps.items():
-        d = np.asarray(list(deltas), dtype=np.float64) if not isinstance(deltas, str) else np.asarray([])
+        try:
+            d = np.asarray(list(deltas), dtype=np.float64) if not isinstance(deltas, (str, bytes)) else np.asarray([])
+        except (TypeError, ValueError):
+            d = np.asarray([])
         if d.ndim != 1 or d.size == 0 or not np.all(np.isfinite(d)):
             raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}")
         steps = np.round(d * fps)
+        if np.abs(steps).max() > MAX_OFFSET:
+            raise ValueError(f"delta_timestamps[{key!r}] reaches {float(np.abs(d).max())!r} s, beyond 2**40 steps "
+                             f"at {fps:g} fps")
         off = np.abs(steps / fps - d)
         if off.max() > tolerance_s:
             i = int(np.argmax(off))
@@ -83,8 +89,12 @@ def _offsets(key: str, value) -> np.ndarray:
     arr = np.asarray(list(value))
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"delta_steps[{key!r}] must be a non-empty 1-D sequence of ints, got {value!r}")
+    if arr.dtype == object and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr):
+        arr = np.asarray([MAX_OFFSET + 1 if abs(int(v)) > MAX_OFFSET else int(v) for v in arr])
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"delta_steps[{key!r}] must hold ints, got dtype {arr.dtype}")
+    if np.abs(arr.astype(np.float64)).max() > MAX_OFFSET:
+        raise ValueError(f"delta_steps[{key!r}] holds an offset beyond +-2**40 steps")
     return arr.astype(np.int64)
 
 
@@ -182,6 +192,8 @@ class WindowSampler:
         ends, _, mask, _, _, _ = validate_index_args(np.asarray(buffer.episode_ends[:]), 1, episode_mask)
         if window_index is None:
             window_index = WindowIndex(ends, first, end_margin, mask)
+        elif not isinstance(window_index, WindowIndex):
+            raise TypeError(f"window_index must be a WindowIndex, got {type(window_index).__name__}")
         else:
             window_index.check_matches(ends, first, end_margin, mask)
         self.buffer = buffer

@@ -161,7 +161,10 @@ def test_a_store_without_lerobot_records_gets_computed_bookkeeping_and_stats(tmp
     np.testing.assert_allclose(stats["state"]["mean"], allstate.mean(0), rtol=1e-12)
     np.testing.assert_allclose(stats["state"]["std"], allstate.std(0), rtol=1e-10)
     img = buf["img"][:].reshape(-1, 3).astype(np.float64) / 255
-    np.testing.assert_allclose(stats["img"]["mean"].ravel(), img.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["img"]["mean"].ravel(), img.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats["img"]["std"].ravel(), img.std(0), rtol=1e-10)
+    np.testing.assert_array_equal(stats["img"]["min"].ravel(), img.min(0))
+    np.testing.assert_array_equal(stats["img"]["max"].ravel(), img.max(0))
     assert stats["img"]["mean"].shape == (3, 1, 1) and stats["img"]["count"].tolist() == [10]
     with pytest.raises(ValueError, match="needs the fps"):
         LeRobotDataset(tmp_path / "dp.zarr", delta_timestamps={"state": [0.0]})
@@ -216,3 +219,56 @@ def test_pack_shared_puts_a_batch_in_one_shared_storage():
     for k in ("img", "pad", "act"):
         assert out[k].dtype == data[k].dtype and torch.equal(out[k], data[k])
         assert out[k].storage_offset() * out[k].element_size() % 64 == 0
+
+
+def test_lerobot_quirks_from_a_break_it_trial(lerobot, tmp_path):
+    root, store, cols = lerobot
+    # task_index stacked by delta_timestamps: the task is still the anchor frame's, one per sample
+    ds = LeRobotDataset(store, delta_timestamps={"task_index": [-0.1, 0.0]})
+    starts = np.concatenate([[0], np.cumsum(LENGTHS)])
+    picks = [0, int(starts[1]), int(starts[1]) + 1, int(starts[2])]  # first frames of episodes 1 and 2
+    batch = collate(ds.__getitems__(picks))
+    assert batch["task"] == [TASKS[cols["task_index"][i]] for i in picks]
+    assert batch["task_index"].shape == (4, 2)
+    # LeRobot v3's meta.episodes and v2's episode_data_index
+    eps = ds.meta.episodes
+    assert len(eps) == len(LENGTHS) and eps["length"] == LENGTHS
+    assert eps["dataset_from_index"] == starts[:-1].tolist() and eps["dataset_to_index"] == starts[1:].tolist()
+    assert eps[1]["tasks"] == [TASKS[1]] and eps[-1]["episode_index"] == len(LENGTHS) - 1
+    sub = LeRobotDataset(store, episodes=[3, 1])
+    edi = sub.episode_data_index
+    assert edi["from"].tolist() == [0, LENGTHS[1]] and edi["to"].tolist() == [LENGTHS[1], LENGTHS[1] + LENGTHS[3]]
+    # episodes are checked, not coerced
+    for bad, error in (([1.7], TypeError), ("1", TypeError), ([1, 1], ValueError), ([True], TypeError)):
+        with pytest.raises(error):
+            LeRobotDataset(store, episodes=bad)
+    with pytest.raises(IndexError, match="out of range"):
+        ds[2**63]
+
+
+def test_a_store_without_fps_or_timestamps_is_refused_and_strings_are_named(tmp_path):
+    buf = ReplayBuffer.create_empty_numpy()
+    buf.add_episode({"x": np.arange(3, dtype=np.float32), "note": np.array(["a", "b", "c"], dtype=object)})
+    buf.save_to_path(tmp_path / "nofps.zarr")
+    with pytest.raises(ValueError, match="pass fps="):
+        LeRobotDataset(tmp_path / "nofps.zarr")
+    ds = LeRobotDataset(tmp_path / "nofps.zarr", fps=3)
+    assert ds.features["note"]["dtype"] == "string" and ds[2]["note"] == "c"
+    assert float(ds[2]["timestamp"]) == np.float32(2 / 3)
+    empty = ReplayBuffer.create_empty_zarr()
+    empty.add_episode({"x": np.arange(2, dtype=np.float32)})
+    empty.drop_episode()
+    empty.save_to_path(tmp_path / "empty.zarr")
+    with pytest.raises(ValueError, match="it has no episodes"):
+        LeRobotDataset(tmp_path / "empty.zarr", fps=3, episodes=[0])
+
+
+def test_batch_checks_its_size_and_indices():
+    with pytest.raises(ValueError, match="hold \\[3\\] samples"):
+        Batch({"a": torch.zeros(3)}, 5)
+    b = Batch({"a": torch.arange(3), "task": ["x", "y", "z"]}, 3)
+    assert b[-1]["task"] == "z" and len(b[0:2]) == 2
+    with pytest.raises(TypeError, match="numbered by int"):
+        b[1.0]
+    with pytest.raises(IndexError, match="out of range"):
+        b[3]

@@ -219,3 +219,34 @@ def test_delta_timestamps_follow_lerobots_rule(tmp_path):
 def test_window_sampler_refuses_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         WindowSampler(_buffer([4, 4]), **kwargs)
+
+
+def test_indices_and_offsets_too_large_for_int64_are_refused_not_wrapped():
+    buf = _buffer([5, 3])
+    sampler = WindowSampler(buf, {"x": [0]})
+    for bad in (np.array([2**64 - 1], np.uint64), [2**63 + 2], [2**70]):
+        with pytest.raises(IndexError, match="out of range for 8 windows"):
+            sampler.sample_batch(bad)
+    assert sampler.sample_batch(np.array([7], np.uint8))["x"].tolist() == [[1003]]
+    for offsets in ([2**63 - 1], [2**64], np.array([2**63], np.uint64), [-(2**41)]):
+        with pytest.raises(ValueError, match="beyond"):
+            WindowSampler(buf, {"x": offsets})
+    with pytest.raises(ValueError, match="beyond 2\\*\\*40 steps"):
+        delta_timestamps_to_steps({"a": [1e18]}, 10)
+    with pytest.raises(ValueError, match="finite"):
+        delta_timestamps_to_steps({"a": [0.1]}, float("inf"))
+    with pytest.raises(ValueError, match="non-empty list of seconds"):
+        delta_timestamps_to_steps({"a": 0.0}, 10)
+
+
+def test_window_index_arguments_are_checked():
+    for first, error in ((0.5, TypeError), ("0", TypeError), (True, TypeError), (-(10**19), ValueError)):
+        with pytest.raises(error, match="first"):
+            WindowIndex([3], first, 1)
+    wi = WindowIndex([3, 5], 0, 1)
+    with pytest.raises(TypeError, match="episode must be an int"):
+        wi.episode_windows(1.5)
+    with pytest.raises(IndexError, match="episode 2 out of range"):
+        wi.episode_windows(2)
+    with pytest.raises(TypeError, match="must be a WindowIndex"):
+        SequenceSampler(_buffer([3]), 2, window_index="abc")

@@ -104,6 +104,9 @@ class Batch(SequenceABC):
     def __init__(self, data: dict[str, Any], size: int):
         self.data = data
         self.size = int(size)
+        wrong = [k for k, v in data.items() if len(v) != self.size]
+        if wrong:
+            raise ValueError(f"Batch of {self.size}: {wrong} hold {[len(data[k]) for k in wrong]} samples")
 
     def __len__(self) -> int:
         return self.size
@@ -111,6 +114,8 @@ class Batch(SequenceABC):
     def __getitem__(self, j):  # type: ignore[override]
         if isinstance(j, slice):
             return [self[i] for i in range(*j.indices(self.size))]
+        if isinstance(j, (bool, np.bool_)) or not isinstance(j, (int, np.integer)):
+            raise TypeError(f"batch samples are numbered by int, got {type(j).__name__}")
         if not -self.size <= j < self.size:
             raise IndexError(f"sample {j} out of range for a batch of {self.size}")
         return {k: v[j] for k, v in self.data.items()}

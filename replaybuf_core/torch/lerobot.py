@@ -32,9 +32,24 @@ from replaybuf_core.torch.batch import Batch, to_torch, convert_images
 from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
 from replaybuf_core.window_sampler import WindowSampler, delta_timestamps_to_steps
 
-__all__ = ["LeRobotDataset", "LeRobotMeta"]
+__all__ = ["LeRobotDataset", "LeRobotMeta", "EpisodeTable"]
 
 _BOOKKEEPING = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+
+
+def _episode_list(episodes: Any) -> list[int]:
+    """LeRobot's ``episodes`` argument checked: a sequence of distinct ints."""
+    if isinstance(episodes, (str, bytes)) or not hasattr(episodes, "__iter__"):
+        raise TypeError(f"episodes must be a list of episode indices, got {type(episodes).__name__} {episodes!r}")
+    out = []
+    for e in episodes:
+        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)):
+            raise TypeError(f"episodes must hold ints, got {type(e).__name__} {e!r}")
+        out.append(int(e))
+    twice = sorted({e for e in out if out.count(e) > 1})
+    if twice:
+        raise ValueError(f"episodes lists {twice} more than once")
+    return out
 
 
 def _store_episode_numbers(buffer: Any) -> np.ndarray:
@@ -45,17 +60,45 @@ def _store_episode_numbers(buffer: Any) -> np.ndarray:
     return np.arange(n, dtype=np.int64)
 
 
-def _episode_first_tasks(buffer: Any) -> list[str] | None:
+def _episode_tasks(buffer: Any) -> list[list[str]] | None:
+    """Each store episode's task texts, from the import's ``meta/episode_attrs``; None without it."""
     store, n = buffer.store, int(buffer.n_episodes)
     if not store.has_array("meta", "episode_attrs"):
         return None
     import json
 
-    out = []
-    for text in store.read("meta", "episode_attrs", 0, n):
-        tasks = json.loads(str(text) or "{}").get("tasks") or [""]
-        out.append(str(tasks[0]))
-    return out
+    return [[str(t) for t in (json.loads(str(text) or "{}").get("tasks") or [])]
+            for text in store.read("meta", "episode_attrs", 0, n)]
+
+
+class EpisodeTable:
+    """LeRobot v3's ``meta.episodes``, read-only: ``table["dataset_from_index"]`` gives a column
+    (list, one entry per store episode), ``table[i]`` a row (dict).  Columns: ``episode_index``
+    (LeRobot's), ``length``, ``dataset_from_index`` / ``dataset_to_index`` (the episode's steps in
+    the store: LeRobot's global ``index`` range when the whole dataset was imported), ``tasks``.
+    """
+
+    def __init__(self, columns: dict[str, list]):
+        self._columns = columns
+        self.column_names = list(columns)
+
+    def __len__(self) -> int:
+        return len(self._columns["episode_index"])
+
+    def __getitem__(self, item):
+        if isinstance(item, str):
+            if item not in self._columns:
+                raise KeyError(f"meta.episodes has no column {item!r} (columns: {self.column_names})")
+            return self._columns[item]
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            raise TypeError(f"meta.episodes rows are numbered by int, got {type(item).__name__}")
+        n = len(self)
+        if not -n <= item < n:
+            raise IndexError(f"episode row {item} out of range for {n} episodes")
+        return {k: v[item] for k, v in self._columns.items()}
+
+    def __repr__(self) -> str:
+        return f"EpisodeTable(n_episodes={len(self)}, columns={self.column_names})"
 
 
 class LeRobotMeta:
@@ -66,6 +109,7 @@ class LeRobotMeta:
         features: ``{key: {"dtype", "shape", "names"}}`` — LeRobot's own when imported, else built
             from the store (uint8 (H, W, C) keys as ``"image"``).
         tasks: ``{task_index: text}``.
+        episodes: :class:`EpisodeTable`, LeRobot v3's per-episode table.
         robot_type, info: from the imported ``info.json`` (None / {} otherwise).
         camera_keys, video_keys, image_keys: feature keys of dtype video+image / video / image.
         total_frames, total_episodes: of the whole store.
@@ -92,8 +136,9 @@ class LeRobotMeta:
                 self.features[key] = {"dtype": "image", "shape": list(arr.shape[1:]),
                                       "names": ["height", "width", "channel"]}
             else:
-                self.features[key] = {"dtype": str(np.dtype(arr.dtype)), "shape": list(arr.shape[1:]) or [1],
-                                      "names": None}
+                kind = np.dtype(arr.dtype).kind
+                dtype = "string" if kind in "OTUS" else str(np.dtype(arr.dtype))
+                self.features[key] = {"dtype": dtype, "shape": list(arr.shape[1:]) or [1], "names": None}
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
         self.image_keys = [k for k, f in self.features.items() if f.get("dtype") == "image"]
         self.camera_keys = self.video_keys + self.image_keys
@@ -103,6 +148,12 @@ class LeRobotMeta:
         self._stats = ({k: {s: np.asarray(v) for s, v in d.items()} for k, d in imported.items()}
                        if imported else None)
         self._stats_from = stats_from
+        ends = np.asarray(buffer.episode_ends[:], dtype=np.int64)
+        starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ends.size else ends
+        tasks = _episode_tasks(buffer) or [[] for _ in range(ends.size)]
+        self.episodes = EpisodeTable({"episode_index": _store_episode_numbers(buffer).tolist(),
+                                      "length": (ends - starts).tolist(), "dataset_from_index": starts.tolist(),
+                                      "dataset_to_index": ends.tolist(), "tasks": tasks})
 
     @property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
@@ -159,7 +210,7 @@ class LeRobotDataset(_BatchedDataset):
         self.image_transforms = image_transforms
         self.delta_timestamps = None if delta_timestamps is None else dict(delta_timestamps)
         self.tolerance_s = tolerance_s
-        self.episodes = None if episodes is None else [int(e) for e in episodes]
+        self.episodes = None if episodes is None else _episode_list(episodes)
         buffer = self._open_buffer()
         try:
             self.meta = LeRobotMeta(buffer, fps, self._compute_stats)
@@ -169,8 +220,9 @@ class LeRobotDataset(_BatchedDataset):
             if self.episodes is not None:
                 unknown = sorted(set(self.episodes) - set(numbers.tolist()))
                 if unknown:
-                    raise ValueError(f"episodes {unknown[:10]} are not in {self.root} "
-                                     f"(its episode_index values run {numbers.min()}..{numbers.max()})")
+                    have = (f"its episode_index values run {numbers.min()}..{numbers.max()}" if numbers.size
+                            else "it has no episodes")
+                    raise ValueError(f"episodes {unknown[:10]} are not in {self.root} ({have})")
                 self._episode_mask = np.isin(numbers, self.episodes)
             self.delta_indices: dict[str, list[int]] | None = None
             if self.delta_timestamps is not None:
@@ -182,7 +234,11 @@ class LeRobotDataset(_BatchedDataset):
                     raise ValueError(f"delta_timestamps needs the fps: {self.root} has no 'fps' attribute, pass fps=")
                 steps = delta_timestamps_to_steps(self.delta_timestamps, self.meta.fps, tolerance_s)
                 self.delta_indices = {k: v.tolist() for k, v in steps.items()}
-            self._tasks_by_episode = _episode_first_tasks(buffer)
+            if "timestamp" not in buffer and self.meta.fps is None:
+                raise ValueError(f"{self.root} has neither a 'timestamp' key nor an 'fps' attribute: pass fps= "
+                                 "(its frame rate) so samples get LeRobot's timestamp = frame_index / fps")
+            ep_tasks = _episode_tasks(buffer)
+            self._tasks_by_episode = None if ep_tasks is None else [t[0] if t else "" for t in ep_tasks]
             self.image_keys = [k for k in self.meta.camera_keys if k in buffer] or image_keys_of(buffer, buffer.keys())
             sampler = self._build(buffer, None)
             self._len, self._window_index = len(sampler), sampler.window_index
@@ -211,6 +267,14 @@ class LeRobotDataset(_BatchedDataset):
         return self.meta.stats
 
     @property
+    def episode_data_index(self) -> dict[str, torch.Tensor]:
+        """LeRobot v2's ``{"from": ..., "to": ...}``: int64 tensors (chosen episodes,) of each chosen
+        episode's first and one-past-last sample number in this dataset."""
+        counts = torch.from_numpy(self._window_index.window_counts[self._window_index.window_counts > 0])
+        to = torch.cumsum(counts, 0)
+        return {"from": to - counts, "to": to}
+
+    @property
     def num_frames(self) -> int:
         """Frames of the chosen episodes."""
         return len(self)
@@ -232,11 +296,13 @@ class LeRobotDataset(_BatchedDataset):
         if "frame_index" not in arrays:
             arrays["frame_index"] = where["frame_index"]
         if "timestamp" not in arrays:
-            fps = self.meta.fps or np.nan
-            arrays["timestamp"] = (where["frame_index"] / fps).astype(np.float32)
+            arrays["timestamp"] = (where["frame_index"] / self.meta.fps).astype(np.float32)
         convert_images(arrays, self.image_keys, channels_first=True, to_float=True)
         if "task_index" in arrays and self.meta.tasks:
-            task = [self.meta.tasks.get(int(t), "") for t in np.ravel(arrays["task_index"])]
+            task_index = arrays["task_index"]
+            if task_index.ndim > 1:  # stacked by delta_timestamps: the task is the anchor frame's
+                task_index = sampler.buffer.read_rows("task_index", where["index"])
+            task = [self.meta.tasks.get(int(t), "") for t in np.ravel(task_index)]
         elif self._tasks_by_episode is not None:
             task = [self._tasks_by_episode[e] for e in where["episode_index"]]
         else:
@@ -252,11 +318,11 @@ class LeRobotDataset(_BatchedDataset):
         """Sample ``idx`` (see the module docstring); IndexError out of range."""
         if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(idx).__name__}")
-        return Batch(self._samples(np.array([idx], dtype=np.int64)), 1)[0]
+        return Batch(self._samples(np.asarray([idx])), 1)[0]
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         """Samples ``indices`` from one ``sample_batch``, as a :class:`Batch`."""
-        idx = np.asarray(list(indices), dtype=np.int64)
+        idx = self.sampler.window_index.normalize(list(indices))
         return Batch(self._samples(idx), len(idx))
 
     def __repr__(self) -> str:

@@ -1,0 +1,114 @@
+"""Rechunking and recompressing arrays in place — built beside, swapped in, recoverable — and the
+chunk/codec verbs of :class:`~replaybuf_core.ReplayBuffer` (``get_chunks``, ``set_chunks``,
+``get_compressors``, ``set_compressors``; a mixin using the buffer's ``_store``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .buffer_checks import _serialized
+from .chunks import check_chunks_compatible
+from .compressors import resolve_compressor as _resolve_compressor
+from .copying import copy_array
+from .errors import CapabilityError
+from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+from .recovery import temp_names
+
+
+class ChunkCodecEditing:
+    """``ReplayBuffer``'s chunk and codec methods."""
+
+    def _require_cap(self, cap: str, what: str) -> None:
+        if cap not in self._store.capabilities:
+            raise CapabilityError(f"{what} needs a backend with {cap!r}; the {self.backend!r} backend has "
+                                  f"{sorted(self._store.capabilities)}")
+
+    def get_chunks(self) -> dict[str, tuple[int, ...]]:
+        """key → chunk shape. Raises CapabilityError (a RuntimeError) without chunk support."""
+        self._require_cap(CAP_CHUNKS, "get_chunks")
+        return {k: tuple(self._store.chunks("data", k)) for k in self.keys()}
+
+    @_serialized
+    def set_chunks(self, chunks: Mapping[str, tuple[int, ...]]) -> None:
+        """Rechunk the named arrays (streaming; the new array is written beside the old and swapped).
+
+        Raises:
+            CapabilityError: backend without chunks.  KeyError: unknown key.
+            ValueError / TypeError: chunk tuples rejected by :func:`check_chunks_compatible`.
+        """
+        self._require_cap(CAP_CHUNKS, "set_chunks")
+        self._require_writable()
+        for key, ck in chunks.items():
+            if key not in self:
+                raise KeyError(f"set_chunks: no data key {key!r} (keys: {self.keys()})")
+            check_chunks_compatible(ck, self._store.shape("data", key))
+        for key, ck in chunks.items():
+            if tuple(ck) != tuple(self._store.chunks("data", key)):
+                rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck))
+
+    def get_compressors(self) -> dict[str, Any]:
+        """key → codec (compressor, or the serializer such as WebP for image arrays; None if none)."""
+        self._require_cap(CAP_CODECS, "get_compressors")
+        return {k: self._store.codec("data", k) for k in self.keys()}
+
+    @_serialized
+    def set_compressors(self, compressors: Mapping[str, Any]) -> None:
+        """Recompress the named arrays (preset names or codecs), keeping their chunks.
+
+        Raises: CapabilityError, KeyError (unknown key), ValueError (unknown preset name)."""
+        self._require_cap(CAP_CODECS, "set_compressors")
+        self._require_writable()
+        resolved = {}
+        for key, c in compressors.items():
+            if key not in self:
+                raise KeyError(f"set_compressors: no data key {key!r} (keys: {self.keys()})")
+            resolved[key] = _resolve_compressor(c)
+        for key, codec in resolved.items():
+            if not _same_codec(self._store, key, codec):
+                rechunk_array(self._store, "data", key, codec=codec)
+
+
+def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:
+    same = getattr(store, "codecs_equal", None)
+    current = store.codec("data", key)
+    if callable(same):
+        return bool(same(current, codec))
+    return current == codec
+
+
+_KEEP = object()
+
+
+def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple[int, ...] | None = None,
+                  codec: Any = _KEEP, shards: Any = _KEEP, tmp_key: str = "_temp") -> None:
+    """Rewrite ``group/name`` with new chunks and/or codec: stream into ``<tmp_key>.<name>`` beside it,
+    then swap (old → ``<tmp_key>_old.<name>``, new → name, delete old), so a failure midway loses
+    nothing; a process killed midway leaves temps that :func:`replaybuf_core.recovery.recover` (run
+    by the next open) rolls back or deletes.
+
+    ``chunks=None`` keeps the current chunks; ``codec``/``shards`` default to the current ones (shards
+    are dropped when the new chunk length does not divide them).
+    """
+    old_chunks = tuple(store.chunks(group, name))
+    new_chunks = tuple(chunks) if chunks is not None else old_chunks
+    check_chunks_compatible(new_chunks, store.shape(group, name))
+    if codec is _KEEP:
+        codec = store.codec(group, name)
+    if shards is _KEEP:
+        shards = store.shards(group, name) if CAP_SHARDS in store.capabilities else None
+        if shards is not None and any(s % c for s, c in zip(shards, new_chunks)):
+            shards = None
+    tmp_key, backup = temp_names(name, tmp_key)  # the names say whose temps they are (recovery)
+    for stale in (tmp_key, backup):
+        if store.has_array(group, stale):
+            store.delete_array(group, stale)
+    try:
+        copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards)
+    except BaseException:
+        if store.has_array(group, tmp_key):  # else it shows up as a data key
+            store.delete_array(group, tmp_key)
+        raise
+    store.rename_array(group, name, backup)
+    store.rename_array(group, tmp_key, name)
+    store.delete_array(group, backup)

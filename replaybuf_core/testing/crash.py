@@ -175,7 +175,11 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
     """Run the ``kind`` child on the buffer at ``path`` (created by :func:`create`), SIGKILL it after
     ``rng.uniform(0, max_delay)`` seconds of work, then reopen and check (see module doc)."""
     path = os.fspath(path)
-    with _open_quiet(path) as rb:  # bring the store to a state the trial can work on
+    try:
+        rb = _open_quiet(path)
+    except Exception as exc:  # noqa: BLE001 - a store an earlier kill left unopenable
+        return TrialResult(kind, False, 0, 0, f"open failed before the trial: {type(exc).__name__}: {exc}")
+    with rb:  # bring the store to a state the trial can work on
         if kind in SHRINK_KINDS:
             while rb.n_episodes < MIN_EPISODES:
                 rb.add_episode(episode(rb.n_episodes))

@@ -53,6 +53,11 @@ class BackendHarness:
         ``NotImplementedError`` (the default) to skip the save tests."""
         raise NotImplementedError
 
+    #: False for a persistent backend whose kill safety is best effort (HDF5): a kill trial then also
+    #: passes when the store refuses to open (the damage is reported, never read as data); a store
+    #: that opens must still hold exactly the committed episodes, bit-exact
+    kill_safe: bool = True
+
     def crash_path(self) -> Any:
         """A fresh path (not yet existing) where this persistent backend creates a store that other
         *processes* open by path — ``ReplayBuffer(path)`` must pick this backend for it (a ``.h5``

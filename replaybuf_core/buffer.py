@@ -35,6 +35,7 @@ from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from . import locking
 from .buffer_checks import _as_episode_array, _check_key, _serialized
 from .buffer_copying import StoreCopying
+from .buffer_editing import EpisodeEditing
 from .buffer_reading import StepReading
 from .errors import EmptyBufferError, ReadOnlyError
 from .protocol import CAP_CHUNKS, StorageBackend
@@ -52,7 +53,7 @@ EPISODE_ENDS_CHUNK = 4096
 
 
 
-class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing):
+class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing):
     """An episodic replay buffer on a storage backend (zarr, numpy, or an installed plugin).
 
     Args:
@@ -86,7 +87,8 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing):
 
     The class is written in parts: opening, bookkeeping and writing here; copying and saving in
     :mod:`replaybuf_core.buffer_copying`; reading in :mod:`replaybuf_core.buffer_reading`; chunk and
-    codec changes in :mod:`replaybuf_core.rechunk`.
+    codec changes in :mod:`replaybuf_core.rechunk`; deleting, trimming and keeping episodes in
+    :mod:`replaybuf_core.buffer_editing` (crash-safe: :mod:`replaybuf_core.editing`).
     """
 
     # ------------------------------------------------------------------ opening / creating

@@ -77,8 +77,10 @@ def temp_names(name: str, tmp_key: str = TMP_KEY) -> tuple[str, str]:
 
 def is_temp_name(name: str) -> bool:
     """True for the names of rechunk temp arrays (``_temp.<x>``, ``_temp_old.<x>``, and the bare
-    ``_temp`` / ``_temp_old`` of older versions): they are reserved, never data keys."""
-    return name in (TMP_KEY, TMP_KEY + "_old") or name.startswith((TMP_KEY + ".", TMP_KEY + "_old."))
+    ``_temp`` / ``_temp_old`` of older versions) and of edit backups (``_temp_undo.<x>``, see
+    :mod:`replaybuf_core.editing`): they are reserved, never data keys."""
+    return name in (TMP_KEY, TMP_KEY + "_old") or name.startswith(
+        (TMP_KEY + ".", TMP_KEY + "_old.", TMP_KEY + "_undo."))
 
 
 @dataclass
@@ -95,6 +97,7 @@ class RecoveryReport:
         unresolved: anomalies left alone (a legacy ``_temp_old`` whose original name is unknown).
         aliases: ``(group, name) → stored name`` for arrays still under their backup name (read-only).
         hidden: ``(group, name)`` temp arrays hidden from listings.
+        edits: interrupted edits rolled back, and edit backups deleted (:mod:`replaybuf_core.editing`).
     """
 
     applied: bool
@@ -106,6 +109,7 @@ class RecoveryReport:
     unresolved: list[str] = field(default_factory=list)
     aliases: dict[tuple[str, str], str] = field(default_factory=dict)
     hidden: set[tuple[str, str]] = field(default_factory=set)
+    edits: list[str] = field(default_factory=list)
 
     @property
     def n_episodes(self) -> int:
@@ -119,12 +123,12 @@ class RecoveryReport:
     def clean(self) -> bool:
         """True when the store needed nothing."""
         return not (self.dropped_commits or self.extra_rows or self.restored or self.deleted
-                    or self.unresolved or self.hidden)
+                    or self.unresolved or self.hidden or self.edits)
 
     def messages(self) -> list[str]:
         """One human-readable line per finding, in the tense of what happened."""
         done = self.applied
-        out = []
+        out = list(self.edits)
         for what in self.restored:
             out.append(f"{what}: an interrupted rechunk had moved it aside; "
                        + ("restored from its backup" if done else "read from its backup (read-only open)"))
@@ -294,15 +298,20 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
     for group in GROUPS:
         if not store.has_group(group):
             raise CorruptStoreError(f"the store has no {group!r} group")
+    from .editing import rollback
+
+    rolled_back = rollback(store, apply=False) if not apply else []  # read-only: refuse a half-edited store
     debris: list[str] = []
     remove_debris = getattr(store, "remove_debris", None)
     if apply and callable(remove_debris):  # never data: half-deleted array directories, partial files
         for group in GROUPS:  # (they would block a later rename to their name)
             debris.extend(f"{group}/{name} (debris)" for name in remove_debris(group))
+    if apply:  # an interrupted edit is rolled back before anything else is judged
+        rolled_back = rollback(store, apply=True)
     # first only look (nothing else changes if the store turns out damaged), then repair
     rep = _inspect(store, RecoveryReport(applied=False), apply=False)
     if apply:
-        rep = RecoveryReport(applied=True, deleted=debris)
+        rep = RecoveryReport(applied=True, deleted=debris, edits=rolled_back)
         rep = _inspect(store, rep, apply=True)
         ends, n = rep.episode_ends, rep.n_steps
         if rep.dropped_commits:

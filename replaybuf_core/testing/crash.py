@@ -34,7 +34,9 @@ from ..buffer import ReplayBuffer
 from ..recovery import is_temp_name
 
 KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
-         "rechunk_recompress")
+         "rechunk_recompress", "delete_episodes")
+#: edits (:mod:`replaybuf_core.editing`): the child deletes episode 1 again and again
+EDIT_KINDS = ("delete_episodes",)
 APPEND_KINDS = ("add_episode", "writer", "writer_frames")
 #: the kinds a third-party persistent backend is held to (no zarr-only operation)
 SHRINK_KINDS = ("drop_episode", "pop_episode")
@@ -60,9 +62,9 @@ def episode(i: int) -> dict[str, np.ndarray]:
     }
 
 
-def expected_steps(n_episodes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(episode_ends int64 (n,), key → concatenated rows) of episodes ``0..n-1``."""
-    eps = [episode(i) for i in range(n_episodes)]
+def expected_steps(n_episodes: int, ids: list[int] | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(episode_ends int64 (n,), key → concatenated rows) of episodes ``0..n-1`` (or of ``ids``)."""
+    eps = [episode(i) for i in (range(n_episodes) if ids is None else ids)]
     ends = np.cumsum([len(e["obs"]) for e in eps], dtype=np.int64)
     data = {k: (np.concatenate([e[k] for e in eps]) if eps else episode(0)[k][:0]) for k in KEYS}
     return ends, data
@@ -108,6 +110,13 @@ def _child(kind: str, path: str) -> None:  # pragma: no cover - runs in a subpro
                 rb.drop_episode()
             out.write(f"done {rb.n_episodes}\n")
             out.flush()
+    elif kind == "delete_episodes":
+        deleted = 0
+        while rb.n_episodes > 2:
+            rb.delete_episodes([1])
+            deleted += 1
+            out.write(f"done {deleted}\n")
+            out.flush()
     elif kind in ("set_chunks", "set_compressors", "rechunk_recompress"):
         from replaybuf_zarr.rechunk import rechunk_recompress_array
 
@@ -152,8 +161,8 @@ def _open_quiet(path: str, **kw) -> ReplayBuffer:
         return ReplayBuffer(path, **kw)
 
 
-def _check_content(rb: ReplayBuffer, n: int) -> str | None:
-    ends, data = expected_steps(n)
+def _check_content(rb: ReplayBuffer, n: int, ids: list[int] | None = None) -> str | None:
+    ends, data = expected_steps(n, ids)
     if rb.n_episodes != n:
         return f"{rb.n_episodes} episodes, expected {n}"
     if not np.array_equal(rb.episode_ends, ends):
@@ -175,6 +184,11 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
     """Run the ``kind`` child on the buffer at ``path`` (created by :func:`create`), SIGKILL it after
     ``rng.uniform(0, max_delay)`` seconds of work, then reopen and check (see module doc)."""
     path = os.fspath(path)
+    if kind in EDIT_KINDS:  # episodes 0..MIN_EPISODES-1 afresh: an edit renumbers them
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        create(path, MIN_EPISODES)
     try:
         rb = _open_quiet(path)
     except Exception as exc:  # noqa: BLE001 - a store an earlier kill left unopenable
@@ -206,7 +220,7 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
     dones = [int(x) for a, x in zip(lines, lines[1:]) if a == "done"]
     if "Traceback" in err:
         return TrialResult(kind, False, 0, len(dones), f"child raised: {err[-800:]}")
-    committed = dones[-1] if dones else before
+    committed = dones[-1] if dones else (0 if kind in EDIT_KINDS else before)
     try:
         rb = _open_quiet(path)
     except Exception as exc:  # noqa: BLE001 - a failed open is the result
@@ -221,6 +235,17 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
 def _judge(kind: str, rb: ReplayBuffer, before: int, committed: int, done: int) -> TrialResult:
     """Compare the reopened store with what the child had committed; then append once more."""
     n = rb.n_episodes
+    if kind in EDIT_KINDS:  # ``committed`` deletes of episode 1 returned; one more may have landed
+        states = {d: [0] + list(range(1 + d, before)) for d in (committed, committed + 1)}
+        d = before - n
+        if d not in states:
+            return TrialResult(kind, False, max(0, before - committed - n), done,
+                               f"{n} episodes after the kill; {committed} deletes had returned")
+        problem = _check_content(rb, n, states[d])
+        if problem is None:
+            rb.add_episode(episode(before))
+            problem = _check_content(rb, n + 1, states[d] + [before])
+        return TrialResult(kind, problem is None, 0, done, problem)
     if kind in APPEND_KINDS:
         lost = max(0, committed - n)
         ok_range = committed <= n <= committed + (1 if kind == "add_episode" else MAX_EPISODES + 100)

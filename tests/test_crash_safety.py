@@ -207,7 +207,7 @@ def test_verify_repair_cli(tmp_path, capsys):
 # ------------------------------------------------------------------------------------ fault injection
 #: (kind, max delay in s): long enough to land anywhere in a few calls of the operation
 KILLS = [("add_episode", 0.3), ("writer", 0.4), ("writer_frames", 0.4), ("drop_episode", 0.3), ("pop_episode", 0.3),
-         ("set_chunks", 0.6), ("set_compressors", 0.6), ("rechunk_recompress", 0.6)]
+         ("set_chunks", 0.6), ("set_compressors", 0.6), ("rechunk_recompress", 0.6), ("delete_episodes", 1.5)]
 N_KILLS = 5
 
 

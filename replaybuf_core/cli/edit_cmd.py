@@ -1,0 +1,47 @@
+"""``replaybuf edit delete|trim|keep PATH ...``: edit a store in place (crash-safe; see
+:mod:`replaybuf_core.editing`).  Bad indices or ranges are refused with nothing changed."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
+    p = sub.add_parser("edit", help="delete episodes, trim an episode, keep a subset (in place, crash-safe)",
+                       description="Edit a store in place.  Each edit is crash-safe (a kill leaves the old "
+                                   "or the new store) and rewrites only from the first changed row on; "
+                                   "per-episode meta arrays follow.  Needs the store to itself (no readers).")
+    edits = p.add_subparsers(dest="edit", metavar="EDIT", required=True)
+    d = edits.add_parser("delete", help="delete episodes", description="Delete episodes by index.")
+    d.add_argument("path", metavar="PATH")
+    d.add_argument("episodes", metavar="EPISODES", nargs="+",
+                   help="indices or Python slices, e.g. 3 7 10:20 -1 (negative from the end)")
+    d.set_defaults(func=run)
+    t = edits.add_parser("trim", help="keep steps [START, STOP) of one episode",
+                         description="Drop idle frames at either end of one episode.")
+    t.add_argument("path", metavar="PATH")
+    t.add_argument("--episode", type=int, required=True, metavar="I")
+    t.add_argument("--start", type=int, default=0, metavar="A", help="first step kept (default 0)")
+    t.add_argument("--stop", type=int, default=None, metavar="B", help="one past the last step kept (default: the end)")
+    t.set_defaults(func=run)
+    k = edits.add_parser("keep", help="keep the episodes a bool meta array marks",
+                         description="Keep only the episodes where meta array NAME (bool, one per episode) is True.")
+    k.add_argument("path", metavar="PATH")
+    k.add_argument("--mask", required=True, metavar="NAME")
+    k.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Run the edit with parsed ``args``; returns the exit code (0 done, 2 refused)."""
+    from ..buffer import ReplayBuffer
+    from ..importing.arguments import parse_episodes
+
+    with ReplayBuffer(args.path) as rb:
+        before = (rb.n_episodes, rb.n_steps)
+        if args.edit == "delete":
+            rb.delete_episodes(parse_episodes(",".join(args.episodes), rb.n_episodes))
+        elif args.edit == "trim":
+            rb.trim_episode(args.episode, args.start, args.stop)
+        else:
+            rb.keep_episodes(args.mask)
+        print(f"{args.path}: {before[0]} episodes / {before[1]} steps -> {rb.n_episodes} episodes / {rb.n_steps} steps")
+    return 0

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .frames import is_frames
+
 __all__ = ["Moments", "compute_stats"]
 
 BLOCK_BYTES = 64 << 20
@@ -59,10 +61,6 @@ class Moments:
         std = np.sqrt(self.m2 / self.count) if self.count else np.full_like(self.m2, np.nan)
         return {"min": self.min, "max": self.max, "mean": self.mean, "std": std,
                 "count": np.array([self.count], dtype=np.int64)}
-
-
-def _is_frames(shape: tuple[int, ...], dtype: np.dtype) -> bool:
-    return dtype == np.uint8 and len(shape) == 4 and shape[-1] in (1, 3, 4)
 
 
 def _reader(buffer: Any, key: str):
@@ -118,7 +116,7 @@ def compute_stats(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, d
         if dtype.kind not in "biuf":
             continue
         read = _reader(buffer, key)
-        if _is_frames(shape, dtype):
+        if is_frames(shape, dtype):
             out[key] = _frame_stats(read, arr, n_steps, shape[-1])
             continue
         m = Moments(shape[1:])

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from replaybuf_core.frames import frame_keys
 from replaybuf_core.sampler import SequenceSampler
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
 from replaybuf_core.torch.opening import LazyStore
@@ -22,13 +23,8 @@ __all__ = ["SequenceDataset", "WindowDataset"]
 
 
 def image_keys_of(buffer: Any, keys: Sequence[str]) -> list[str]:
-    """Keys holding camera frames: uint8 with a (H, W, C) step shape, C in 1, 3, 4."""
-    out = []
-    for k in keys:
-        arr = buffer[k]
-        if np.dtype(arr.dtype) == np.uint8 and len(arr.shape) == 4 and arr.shape[-1] in (1, 3, 4):
-            out.append(k)
-    return out
+    """Keys holding camera frames (see :func:`replaybuf_core.frames.frame_keys`)."""
+    return frame_keys(buffer, keys)
 
 
 class _BatchedDataset(LazyStore, torch.utils.data.Dataset):

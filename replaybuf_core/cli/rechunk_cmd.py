@@ -1,0 +1,65 @@
+"""``replaybuf rechunk PATH --chunk-length KEY=N --compressor KEY=PRESET``: the streaming, crash-safe
+rechunk / recompress of ``ReplayBuffer.set_chunks`` / ``set_compressors`` from the shell."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
+    p = sub.add_parser("rechunk", help="rechunk / recompress data keys in place (streaming, crash-safe)",
+                       description="Rewrite data keys with a new chunk length (steps per chunk, the other "
+                                   "dimensions kept) and/or compressor preset (default, disk, none).  Each "
+                                   "key is written beside the old one and swapped in; a kill leaves the old "
+                                   "or the new array.  KEY may be '*' for every key (for --compressor: every "
+                                   "key but camera frames, which keep their image codec unless named).")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--chunk-length", action="append", default=[], metavar="KEY=N",
+                   help="steps per chunk for KEY (repeatable)")
+    p.add_argument("--compressor", action="append", default=[], metavar="KEY=PRESET",
+                   help="compressor preset for KEY: default (Blosc lz4), disk (Blosc zstd), none (repeatable)")
+    p.set_defaults(func=run)
+
+
+def _pairs(items: list[str], keys: list[str], what: str, star: list[str] | None = None) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict; ``*`` stands for every key of ``star`` (default ``keys``)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"{what} {item!r}: expected KEY=VALUE")
+        chosen = (keys if star is None else star) if key == "*" else [key]
+        for k in chosen:
+            if k not in keys:
+                raise ValueError(f"{what} {item!r}: no data key {k!r} (keys: {keys})")
+            out[k] = value
+    return out
+
+
+def run(args) -> int:
+    """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused)."""
+    from ..buffer import ReplayBuffer
+    from ..codec_names import describe_codec
+    from ..frames import frame_keys
+
+    if not args.chunk_length and not args.compressor:
+        raise ValueError("nothing to do: give --chunk-length KEY=N and/or --compressor KEY=PRESET")
+    with ReplayBuffer(args.path) as rb:
+        keys = rb.keys()
+        lengths = _pairs(args.chunk_length, keys, "--chunk-length")
+        # '*' leaves camera frames on their image codec (WebP); name a frame key to recompress it
+        presets = _pairs(args.compressor, keys, "--compressor", [k for k in keys if k not in frame_keys(rb)])
+        chunks = {}
+        for k, v in lengths.items():
+            if not v.isdigit() or int(v) < 1:
+                raise ValueError(f"--chunk-length {k}={v}: N must be a positive integer")
+            chunks[k] = (int(v),) + tuple(rb.store.shape("data", k)[1:])
+        codecs = {k: (None if v == "none" else v) for k, v in presets.items()}
+        for k, v in codecs.items():  # validated before anything is rewritten
+            rb.resolve_compressor(v)
+        if chunks:
+            rb.set_chunks(chunks)
+        if codecs:
+            rb.set_compressors(codecs)
+        for k in sorted(set(chunks) | set(codecs)):
+            print(f"{k}: chunks {tuple(rb.store.chunks('data', k))}, codec {describe_codec(rb.store.codec('data', k))}")
+    return 0

@@ -1,0 +1,66 @@
+"""``replaybuf edit`` and ``replaybuf rechunk`` from the shell: results read back through zarr-python
+(another path than the code under test), refusals exit 2 and change nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from replaybuf_core import ReplayBuffer
+from replaybuf_core.cli import main
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "s.zarr"
+    rb = ReplayBuffer.create_empty("zarr", str(path))
+    for i, n in enumerate([4, 6, 3, 5]):
+        rb.add_episode({"x": np.arange(n, dtype=np.int64) + 100 * i,
+                        "img": np.full((n, 4, 4, 3), i, np.uint8)})
+    rb.update_meta({"val": np.array([True, False, True, False])})
+    rb.close()
+    return path
+
+
+def _zarr(path):
+    g = zarr.open_group(str(path), mode="r")
+    return g["meta/episode_ends"][:].tolist(), g["data/x"][:].tolist()
+
+
+def test_edit_commands(store, capsys):
+    assert main(["edit", "delete", str(store), "1"]) == 0
+    assert "4 episodes / 18 steps -> 3 episodes / 12 steps" in capsys.readouterr().out
+    assert _zarr(store) == ([4, 7, 12], [0, 1, 2, 3, 200, 201, 202, 300, 301, 302, 303, 304])
+    assert main(["edit", "trim", str(store), "--episode", "2", "--start", "1", "--stop", "3"]) == 0
+    assert _zarr(store) == ([4, 7, 9], [0, 1, 2, 3, 200, 201, 202, 301, 302])
+    assert main(["edit", "keep", str(store), "--mask", "val"]) == 0  # val followed the delete: T, T, F
+    assert _zarr(store) == ([4, 7], [0, 1, 2, 3, 200, 201, 202])
+    assert main(["verify", str(store)]) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["edit", "delete", "{}", "9"], "out of range"),
+    (["edit", "delete", "{}", "x"], "episodes"),
+    (["edit", "trim", "{}", "--episode", "0", "--start", "3", "--stop", "2"], "0 <= start < stop"),
+    (["edit", "keep", "{}", "--mask", "nope"], "no meta array 'nope'"),
+    (["rechunk", "{}", "--chunk-length", "nope=3"], "no data key 'nope'"),
+    (["rechunk", "{}", "--chunk-length", "x=0"], "positive integer"),
+    (["rechunk", "{}", "--compressor", "x=zip"], "unknown compressor name 'zip'"),
+    (["rechunk", "{}"], "nothing to do"),
+])
+def test_refusals_change_nothing(store, capsys, argv, message):
+    before = _zarr(store)
+    assert main([a.format(store) for a in argv]) == 2
+    assert message in capsys.readouterr().err
+    assert _zarr(store) == before
+
+
+def test_rechunk_command_keeps_frames_on_their_codec(store, capsys):
+    img_codec = zarr.open_group(str(store), mode="r")["data/img"].metadata.to_dict()["codecs"]
+    assert main(["rechunk", str(store), "--chunk-length", "x=2", "--compressor", "*=disk"]) == 0
+    g = zarr.open_group(str(store), mode="r")
+    assert g["data/x"].chunks == (2,)
+    assert "zstd" in str(g["data/x"].metadata.to_dict()["codecs"])
+    assert g["data/img"].metadata.to_dict()["codecs"] == img_codec
+    assert _zarr(store)[1] == [0, 1, 2, 3] + list(range(100, 106)) + [200, 201, 202] + list(range(300, 305))

@@ -197,6 +197,22 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         return cls(path, backend=backend, read_only=True)
 
 
+    @classmethod
+    def merge(cls, sources: list[Any], dst: str | os.PathLike, *, overwrite: bool = False) -> ReplayBuffer:
+        """Write the episodes of ``sources`` (store paths or buffers), in order, to a new zarr store
+        at ``dst`` (built beside it, swapped in once complete) and open it read-only.  The sources
+        must agree on keys, dtypes and step shapes; per-episode meta arrays they all hold are
+        concatenated (see :mod:`replaybuf_core.merging`).
+
+        Raises:
+            ValueError: no source, sources that differ (naming the source, key and what differs),
+                ``dst`` among the sources.  FileExistsError: ``dst`` exists without ``overwrite``.
+        """
+        from .merging import merge_stores
+
+        merge_stores(sources, dst, overwrite=overwrite)
+        return cls.create_from_path(dst)
+
     # ------------------------------------------------------------------ properties
     @property
     def store(self) -> StorageBackend:

@@ -49,6 +49,7 @@ from .conformance import (
     StorageProtocolConformance,
     ValidateBeforeMutateConformance,
 )
+from .edit_conformance import EditConformance
 from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot, tree_digest
 from .harness import BackendHarness
 from .stateful import make_state_machine, run_state_machine
@@ -56,6 +57,7 @@ from .stateful import make_state_machine, run_state_machine
 __all__ = [
     "BackendHarness",
     "BufferConformance",
+    "EditConformance",
     "ConstructorConformance",
     "PropertiesConformance",
     "MetaConformance",

@@ -1,6 +1,6 @@
 """Entry point: ``python -m benchmarks [--smoke]`` — one table of medians and ratios from one run.
 
-Sections: sampling, training throughput, in-place edits, ingest, step→episode index, bytes on disk, LeRobot import (see each
+Sections: sampling, training throughput, in-place edits, statistics, ingest, step→episode index, bytes on disk, LeRobot import (see each
 module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
 imports all of Push-T (206 episodes, 25,650 frames) and a two-camera 480x640 LeRobot dataset, about eight
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import zarr
 
-from . import edit_bench, index_bench, ingest_bench, lerobot_bench, sampling_bench, training_bench
+from . import edit_bench, index_bench, ingest_bench, lerobot_bench, sampling_bench, stats_bench, training_bench
 from .common import PUSHT, Table
 
 
@@ -53,6 +53,7 @@ def main(argv=None) -> int:
         sampling_bench.run(table, dst, args.smoke)
         training_bench.run(table, dst, tmp, args.smoke)
         edit_bench.run(table, dst, tmp, args.smoke)
+        stats_bench.run(table, dst, args.smoke)
         index_bench.run(table, args.smoke)
         lerobot_bench.run(table, tmp, args.smoke)
     print(table.render())

@@ -213,6 +213,20 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         merge_stores(sources, dst, overwrite=overwrite)
         return cls.create_from_path(dst)
 
+    def get_stats(self, keys: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Normalisation statistics of the numeric data keys (default all): per key and feature
+        dimension ``count``, ``mean``, ``std``, ``min``, ``max`` and ``q01``/``q10``/``q50``/``q90``/
+        ``q99`` (LeRobot's names), camera frames per channel on ``x / 255``.  Computed in one
+        streaming read (see :func:`replaybuf_core.stats.compute_stats` for the precision).
+
+        Raises KeyError naming an unknown key."""
+        from .stats import compute_stats
+
+        for k in keys or []:
+            if k not in self:
+                raise KeyError(f"get_stats: no data key {k!r} (keys: {self.keys()})")
+        return compute_stats(self, keys)
+
     # ------------------------------------------------------------------ properties
     @property
     def store(self) -> StorageBackend:

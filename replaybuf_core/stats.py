@@ -5,7 +5,8 @@ formulae and a pairwise algorithm for computing sample variances", 1979) — nev
 squares, which loses every digit once the mean dwarfs the spread.  ``std`` is the population
 standard deviation (``np.std``'s default, LeRobot's ``compute_stats``).  Camera frames (uint8
 (H, W, C)) are summarised per channel on ``x / 255``, shaped (C, 1, 1) as LeRobot stores them, from
-exact 256-bin histograms.
+exact 256-bin histograms.  Quantiles (``q01`` .. ``q99``, LeRobot's names) come from mergeable
+summaries (:mod:`replaybuf_core.quantiles`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from .frames import is_frames
+from .quantiles import QuantileSketch, exact_dtype
 
-__all__ = ["Moments", "compute_stats"]
+__all__ = ["Moments", "compute_stats", "QUANTILES"]
 
 BLOCK_BYTES = 64 << 20
+#: quantiles reported, under LeRobot's names
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 
 
 class Moments:
@@ -91,18 +95,28 @@ def _frame_stats(read, arr: Any, n_steps: int, channels: int) -> dict[str, np.nd
     lo = np.where(seen.any(axis=1), np.argmax(seen, axis=1), 0) / 255
     hi = np.where(seen.any(axis=1), 255 - np.argmax(seen[:, ::-1], axis=1), 0) / 255
     shape = (channels, 1, 1)
-    return {"min": lo.reshape(shape), "max": hi.reshape(shape), "mean": mean.reshape(shape),
-            "std": np.sqrt(var).reshape(shape), "count": np.array([n_steps], dtype=np.int64)}
+    out = {"min": lo.reshape(shape), "max": hi.reshape(shape), "mean": mean.reshape(shape),
+           "std": np.sqrt(var).reshape(shape), "count": np.array([n_steps], dtype=np.int64)}
+    cum = np.cumsum(hist, axis=1)
+    for name, q in QUANTILES.items():  # exact: the value at rank floor(q (n - 1)), as np.quantile "lower"
+        rank = np.floor(q * (count - 1)).astype(np.int64)
+        out[name] = (np.array([np.searchsorted(cum[c], rank[c], side="right") for c in range(channels)])
+                     / 255).reshape(shape)
+    return out
 
 
 def compute_stats(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Statistics of the numeric / bool data keys of ``buffer`` over all its steps.
 
     Returns:
-        ``{key: {"min", "max", "mean", "std", "count"}}``; per feature dimension (the step shape),
-        or per channel (C, 1, 1) of ``x / 255`` for camera frames (uint8 (H, W, C) steps, from exact
-        per-channel histograms; ``count`` counts frames, as LeRobot does).  Keys of other kinds
-        (strings) are left out.
+        ``{key: {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}}`` (LeRobot's
+        names; float64 arrays); per feature dimension (the step shape), or per channel (C, 1, 1) of
+        ``x / 255`` for camera frames (uint8 (H, W, C) steps, from exact per-channel histograms, so
+        their quantiles are exact; ``count`` counts frames, as LeRobot does).  Quantiles of other
+        keys come from :class:`~replaybuf_core.quantiles.QuantileSketch`: exact for bool and small
+        integers, within 0.5 % of the true order statistic for floats (bound in
+        :mod:`replaybuf_core.quantiles`).  Mean and std are exact up to float64 rounding (Chan et
+        al.'s pairwise merge of per-block moments).  Keys of other kinds (strings) are left out.
 
     Raises:
         KeyError: a key of ``keys`` not in the buffer.
@@ -121,8 +135,14 @@ def compute_stats(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, d
             continue
         m = Moments(shape[1:])
         row_values = max(1, int(np.prod(shape[1:], dtype=np.int64)))
+        sketch = QuantileSketch(row_values, exact=exact_dtype(dtype))
         step = max(1, BLOCK_BYTES // (8 * row_values))  # the float64 copy of a block stays ~64 MiB
         for a in range(0, n_steps, step):
-            m.add(read(a, min(a + step, n_steps)))
-        out[key] = m.result()
+            block = read(a, min(a + step, n_steps))
+            m.add(block)
+            sketch.add(block.reshape(block.shape[0], -1))
+        res = m.result()
+        for name, q in QUANTILES.items():
+            res[name] = sketch.quantile(q).reshape(shape[1:])
+        out[key] = res
     return out

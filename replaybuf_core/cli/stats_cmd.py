@@ -1,0 +1,41 @@
+"""``replaybuf stats PATH [--key KEY] [--json]``: normalisation statistics of a store's numeric keys
+(count, mean, std, min, max, q01..q99 per feature dimension; camera frames per channel)."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
+    p = sub.add_parser("stats", help="normalisation statistics of the numeric keys (read-only)",
+                       description="Per key and feature dimension: count, mean, std, min, max and the "
+                                   "q01/q10/q50/q90/q99 quantiles (LeRobot's names); camera frames per "
+                                   "channel on x / 255.  Quantiles of floats are within 0.39 %% of the true "
+                                   "order statistic; frames and small integers are exact.")
+    p.add_argument("path", metavar="PATH", help="store (opened read-only)")
+    p.add_argument("--key", action="append", default=None, metavar="KEY", help="only this key (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON (lists of numbers)")
+    p.set_defaults(func=run)
+
+
+def _fmt(v) -> str:
+    flat = [float(x) for x in v.ravel()]
+    shown = ", ".join(f"{x:.6g}" for x in flat[:8])
+    return f"[{shown}{', ...' if len(flat) > 8 else ''}]"
+
+
+def run(args) -> int:
+    """Run the command with parsed ``args``; returns the exit code (0 done, 2 bad input)."""
+    from ..buffer import ReplayBuffer
+
+    with ReplayBuffer.create_from_path(args.path) as rb:
+        stats = rb.get_stats(args.key)
+    if args.json:
+        print(json.dumps({k: {s: v.tolist() for s, v in d.items()} for k, d in stats.items()}, indent=1))
+        return 0
+    for key, d in stats.items():
+        print(f"{key}: count {int(d['count'][0])}")
+        for name in ("mean", "std", "min", "max", "q01", "q50", "q99"):
+            print(f"  {name:<4} {_fmt(d[name])}")
+    return 0

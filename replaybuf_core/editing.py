@@ -206,8 +206,8 @@ def rollback(store: StorageBackend, apply: bool) -> list[str]:
     if journal is None:
         if not apply:
             return []
-        gone = _delete_backups(store)  # an unfinished backup: the edit never started rewriting
-        return [f"{g}: backup of an edit that never began, deleted" for g in gone]
+        gone = _delete_backups(store)  # no journal: an edit that never began rewriting, or one finished
+        return [f"{g}: leftover backup of an edit (never begun or already committed), deleted" for g in gone]
     kind = journal.get("kind", "edit")
     if not apply:
         raise InterruptedEditError(

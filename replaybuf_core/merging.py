@@ -61,12 +61,12 @@ def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: b
 
     if not sources:
         raise ValueError("merge needs at least one source")
-    dst_text = os.path.abspath(os.path.expanduser(os.fspath(dst)))
+    dst_text = os.path.realpath(os.path.expanduser(os.fspath(dst)))
     opened, buffers = [], []
     try:
         for i, s in enumerate(sources):
             if isinstance(s, (str, os.PathLike)):
-                if os.path.abspath(os.path.expanduser(os.fspath(s))) == dst_text:
+                if os.path.realpath(os.path.expanduser(os.fspath(s))) == dst_text:
                     raise ValueError(f"source {i} ({s}) is the destination: merge into a new path")
                 b = ReplayBuffer.create_from_path(s)
                 b._merge_name = os.fspath(s)

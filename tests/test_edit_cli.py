@@ -64,3 +64,14 @@ def test_rechunk_command_keeps_frames_on_their_codec(store, capsys):
     assert "zstd" in str(g["data/x"].metadata.to_dict()["codecs"])
     assert g["data/img"].metadata.to_dict()["codecs"] == img_codec
     assert _zarr(store)[1] == [0, 1, 2, 3] + list(range(100, 106)) + [200, 201, 202] + list(range(300, 305))
+
+
+def test_star_chunk_length_leaves_frames_and_out_of_range_trim_exits_2(store, capsys):
+    img_chunks = zarr.open_group(str(store), mode="r")["data/img"].chunks
+    assert main(["rechunk", str(store), "--chunk-length", "*=3"]) == 0
+    g = zarr.open_group(str(store), mode="r")
+    assert g["data/x"].chunks == (3,) and g["data/img"].chunks == img_chunks
+    before = _zarr(store)
+    assert main(["edit", "trim", str(store), "--episode", "25"]) == 2
+    assert "out of range" in capsys.readouterr().err
+    assert _zarr(store) == before

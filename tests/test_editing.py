@@ -166,7 +166,7 @@ def test_backups_of_an_edit_that_never_began_are_deleted(tmp_path):
     ro = ReplayBuffer.create_from_path(tmp_path / "e.zarr")
     assert sorted(ro.keys()) == ["img", "s", "v", "x"]
     ro.close()
-    with pytest.warns(RuntimeWarning, match="never began"):
+    with pytest.warns(RuntimeWarning, match="leftover backup of an edit"):
         rw = ReplayBuffer(str(tmp_path / "e.zarr"))
     assert UNDO_PREFIX + "x" not in rw.store.list_arrays("data")
     _check(rw, [(_episode(0, 4), 0), (_episode(1, 6), 10)])
@@ -189,3 +189,4 @@ def test_deleting_the_last_episode_rewrites_only_the_tail(tmp_path, monkeypatch)
     assert sum(k for n, a, k in data_rows if n == "x") <= 4  # the partial chunk before row 195, at most
     model = [(_episode(i, 5), i * 10) for i in range(39)]
     _check(buf, model)
+

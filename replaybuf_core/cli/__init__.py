@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyError as exc:  # str(KeyError) keeps the quotes: show the message itself
         print(f"replaybuf {args.command}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, OSError, RuntimeError, ImportError) as exc:
+    except (ValueError, TypeError, IndexError, OSError, RuntimeError, ImportError) as exc:
         print(f"replaybuf {args.command}: error: {exc}", file=sys.stderr)
         return 2
     finally:

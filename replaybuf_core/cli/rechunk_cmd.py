@@ -10,8 +10,8 @@ def register(sub) -> None:
                        description="Rewrite data keys with a new chunk length (steps per chunk, the other "
                                    "dimensions kept) and/or compressor preset (default, disk, none).  Each "
                                    "key is written beside the old one and swapped in; a kill leaves the old "
-                                   "or the new array.  KEY may be '*' for every key (for --compressor: every "
-                                   "key but camera frames, which keep their image codec unless named).")
+                                   "or the new array.  KEY may be '*' for every key but camera frames, which "
+                                   "keep their image codec and chunks unless named.")
     p.add_argument("path", metavar="PATH")
     p.add_argument("--chunk-length", action="append", default=[], metavar="KEY=N",
                    help="steps per chunk for KEY (repeatable)")
@@ -45,9 +45,10 @@ def run(args) -> int:
         raise ValueError("nothing to do: give --chunk-length KEY=N and/or --compressor KEY=PRESET")
     with ReplayBuffer(args.path) as rb:
         keys = rb.keys()
-        lengths = _pairs(args.chunk_length, keys, "--chunk-length")
-        # '*' leaves camera frames on their image codec (WebP); name a frame key to recompress it
-        presets = _pairs(args.compressor, keys, "--compressor", [k for k in keys if k not in frame_keys(rb)])
+        frames = frame_keys(rb)
+        # '*' leaves camera frames alone (their image codec fixes their chunks); name one to change it
+        lengths = _pairs(args.chunk_length, keys, "--chunk-length", [k for k in keys if k not in frames])
+        presets = _pairs(args.compressor, keys, "--compressor", [k for k in keys if k not in frames])
         chunks = {}
         for k, v in lengths.items():
             if not v.isdigit() or int(v) < 1:
@@ -56,10 +57,14 @@ def run(args) -> int:
         codecs = {k: (None if v == "none" else v) for k, v in presets.items()}
         for k, v in codecs.items():  # validated before anything is rewritten
             rb.resolve_compressor(v)
-        if chunks:
-            rb.set_chunks(chunks)
-        if codecs:
-            rb.set_compressors(codecs)
+        # frame keys first: a codec that refuses the new layout (WebP: one frame per chunk) does so
+        # before any other key was rewritten
+        order = sorted(set(chunks) | set(codecs), key=lambda k: (k not in frames, k))
+        for k in order:
+            if k in chunks:
+                rb.set_chunks({k: chunks[k]})
+            if k in codecs:
+                rb.set_compressors({k: codecs[k]})
         for k in sorted(set(chunks) | set(codecs)):
             print(f"{k}: chunks {tuple(rb.store.chunks('data', k))}, codec {describe_codec(rb.store.codec('data', k))}")
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 
 def register(sub) -> None:
     """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
@@ -32,7 +34,11 @@ def run(args) -> int:
     with ReplayBuffer.create_from_path(args.path) as rb:
         stats = rb.get_stats(args.key)
     if args.json:
-        print(json.dumps({k: {s: v.tolist() for s, v in d.items()} for k, d in stats.items()}, indent=1))
+        def finite(v):  # strict JSON: NaN / inf (a NaN in the data, an empty store) become null
+            return [finite(x) for x in v] if isinstance(v, list) else (v if v is None or np.isfinite(v) else None)
+
+        print(json.dumps({k: {s: finite(v.tolist()) for s, v in d.items()} for k, d in stats.items()}, indent=1,
+                         allow_nan=False))
         return 0
     for key, d in stats.items():
         print(f"{key}: count {int(d['count'][0])}")

@@ -234,12 +234,7 @@ class SequenceSampler:
             np.asarray(buffer.episode_ends[:]), sequence_length, episode_mask,
             pad_before=pad_before, pad_after=pad_after, skip_initial=skip_initial)
         first, end_margin = skip_initial - pad_before, sequence_length - pad_after
-        if window_index is None:
-            window_index = WindowIndex(ends, first, end_margin, mask)
-        elif not isinstance(window_index, WindowIndex):
-            raise TypeError(f"window_index must be a WindowIndex, got {type(window_index).__name__}")
-        else:
-            window_index.check_matches(ends, first, end_margin, mask)
+        window_index = WindowIndex.reuse_or_build(window_index, ends, first, end_margin, mask)
         self.window_index: WindowIndex = window_index
         """Window number -> (episode, start): O(episodes) memory (see :class:`WindowIndex`)."""
         self._episode_ends, self._episode_mask = ends, mask

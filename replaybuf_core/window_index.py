@@ -84,6 +84,22 @@ class WindowIndex:
     def __len__(self) -> int:
         return self.n_windows
 
+    @classmethod
+    def reuse_or_build(cls, window_index, episode_ends: np.ndarray, first: int, end_margin: int,
+                       episode_mask: np.ndarray) -> WindowIndex:
+        """``window_index`` when it was built for these episodes and window range (see
+        :meth:`check_matches`), a new index when it is None.
+
+        Raises:
+            TypeError: ``window_index`` neither None nor a WindowIndex.  ValueError: it does not match.
+        """
+        if window_index is None:
+            return cls(episode_ends, first, end_margin, episode_mask)
+        if not isinstance(window_index, WindowIndex):
+            raise TypeError(f"window_index must be a WindowIndex, got {type(window_index).__name__}")
+        window_index.check_matches(episode_ends, first, end_margin, episode_mask)
+        return window_index
+
     def check_matches(self, episode_ends: np.ndarray, first: int, end_margin: int, episode_mask: np.ndarray) -> None:
         """Raise ValueError unless this index was built for these episodes (int64 ``episode_ends``,
         bool ``episode_mask``) and window range: an index handed to a sampler of another store or

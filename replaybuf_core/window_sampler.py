@@ -190,12 +190,7 @@ class WindowSampler:
             first, end_margin = -pad_before - lo, 1 - pad_after + hi
             self.rule = "diffusion_policy"
         ends, _, mask, _, _, _ = validate_index_args(np.asarray(buffer.episode_ends[:]), 1, episode_mask)
-        if window_index is None:
-            window_index = WindowIndex(ends, first, end_margin, mask)
-        elif not isinstance(window_index, WindowIndex):
-            raise TypeError(f"window_index must be a WindowIndex, got {type(window_index).__name__}")
-        else:
-            window_index.check_matches(ends, first, end_margin, mask)
+        window_index = WindowIndex.reuse_or_build(window_index, ends, first, end_margin, mask)
         self.buffer = buffer
         self.keys: list[str] = keys
         self.delta_steps: dict[str, np.ndarray] = offsets

@@ -157,6 +157,7 @@ class LeRobotMeta:
 
     @property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """``{key: {stat: ndarray}}``: the imported ``stats.json``, else computed once on first use."""
         if self._stats is None:
             self._stats = self._stats_from()
         return self._stats
@@ -260,10 +261,12 @@ class LeRobotDataset(_BatchedDataset):
 
     @property
     def features(self) -> dict[str, dict]:
+        """LeRobot's feature table ``{key: {"dtype", "shape", "names"}}`` (see :class:`LeRobotMeta`)."""
         return self.meta.features
 
     @property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """Normalisation statistics (see :attr:`LeRobotMeta.stats`)."""
         return self.meta.stats
 
     @property

@@ -216,16 +216,20 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
     def get_stats(self, keys: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
         """Normalisation statistics of the numeric data keys (default all): per key and feature
         dimension ``count``, ``mean``, ``std``, ``min``, ``max`` and ``q01``/``q10``/``q50``/``q90``/
-        ``q99`` (LeRobot's names), camera frames per channel on ``x / 255``.  Computed in one
-        streaming read (see :func:`replaybuf_core.stats.compute_stats` for the precision).
+        ``q99`` (LeRobot's names; float64 arrays of the step shape), camera frames per channel on
+        ``x / 255`` (C, 1, 1).  Kept in the store (:mod:`replaybuf_core.stats_store`): episodes
+        committed since the last call are read and merged in, and a writable buffer saves the result,
+        so a call costs in proportion to the new episodes.  Precision: see
+        :func:`replaybuf_core.stats.compute_stats`.
 
         Raises KeyError naming an unknown key."""
-        from .stats import compute_stats
+        from .stats_store import stats_of
 
         for k in keys or []:
             if k not in self:
                 raise KeyError(f"get_stats: no data key {k!r} (keys: {self.keys()})")
-        return compute_stats(self, keys)
+        with self._mutex:
+            return {k: s.result() for k, s in stats_of(self, keys).items()}
 
     # ------------------------------------------------------------------ properties
     @property
@@ -541,6 +545,9 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         self._require_writable()
         if self._n_ep == 0:
             raise EmptyBufferError("drop_episode on an empty buffer (0 episodes)")
+        from .stats_store import EditPlan
+
+        plan = EditPlan(self, np.array([self._n_ep - 1]), {})
         s = self._store
         new_steps = int(self._ends[self._n_ep - 2]) if self._n_ep > 1 else 0
         # each step durable before the next overwrites anything (a backend buffering writes may put
@@ -554,6 +561,7 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         for key in self.keys():
             s.resize("data", key, new_steps)
         self._persist()
+        plan.apply()
 
     @_serialized
     def pop_episode(self) -> dict[str, np.ndarray]:

@@ -1,6 +1,7 @@
 """The editing verbs of :class:`~replaybuf_core.ReplayBuffer`: delete any episodes, trim an episode's
 ends, keep a subset.  Each validates everything first (a refused call changes nothing), then runs
-the crash-safe rewrite of :mod:`replaybuf_core.editing`.  A mixin: it uses the buffer's ``_store``,
+the crash-safe rewrite of :mod:`replaybuf_core.editing`, and brings the stored statistics along
+(:class:`~replaybuf_core.stats_store.EditPlan`: only the deleted / trimmed episodes are read).  A mixin: it uses the buffer's ``_store``,
 ``_ends``, ``_n_ep``, ``_mutex`` and ``_persist``."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 
 from . import editing
 from .buffer_checks import _check_index, _serialized
+from .stats_store import EditPlan
 
 
 class EpisodeEditing:
@@ -50,8 +52,10 @@ class EpisodeEditing:
         gone = self._episode_numbers(indices, "delete_episodes")
         keep = np.setdiff1d(np.arange(self._n_ep), gone)
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], keep)
+        plan = EditPlan(self, gone, {})
         editing.rewrite(self, ranges, kept, "delete_episodes")
         self._after_edit()
+        plan.apply()
 
     @_serialized
     def keep_episodes(self, mask: Any) -> None:
@@ -72,8 +76,10 @@ class EpisodeEditing:
         if mask.shape != (self._n_ep,):
             raise ValueError(f"keep_episodes: mask has shape {mask.shape}, the buffer has {self._n_ep} episodes")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.flatnonzero(mask))
+        plan = EditPlan(self, np.flatnonzero(~mask), {})
         editing.rewrite(self, ranges, kept, "keep_episodes")
         self._after_edit()
+        plan.apply()
 
     @_serialized
     def trim_episode(self, index: int, start: int = 0, stop: int | None = None) -> None:
@@ -96,5 +102,7 @@ class EpisodeEditing:
             raise ValueError(f"trim_episode: episode {i} has {length} steps; [start, stop) = [{start}, {stop}) must "
                              "satisfy 0 <= start < stop <= length (an episode keeps at least one step)")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.arange(self._n_ep), {i: (start, stop)})
+        plan = EditPlan(self, np.zeros(0, dtype=np.int64), {i: (start, stop)})
         editing.rewrite(self, ranges, kept, "trim_episode")
         self._after_edit()
+        plan.apply()

@@ -44,6 +44,9 @@ EDIT_JOURNAL = "replaybuf_edit"
 #: prefix of the backup arrays of an edit (reserved: never a key)
 UNDO_PREFIX = "_temp_undo."
 EPISODE_ENDS = "episode_ends"
+#: prefix of the stored statistics' arrays (:mod:`replaybuf_core.stats_store`), which follow edits
+#: their own way
+STATS_PREFIX = "_stats."
 
 
 class InterruptedEditError(CorruptStoreError):
@@ -53,10 +56,10 @@ class InterruptedEditError(CorruptStoreError):
 
 def episode_meta_arrays(store: StorageBackend, n_episodes: int) -> list[str]:
     """The meta arrays holding one row per episode (length ``n_episodes``, at least 1-D), besides
-    ``episode_ends`` and backups."""
+    ``episode_ends``, backups and the stored statistics."""
     out = []
     for name in store.list_arrays("meta"):
-        if name == EPISODE_ENDS or name.startswith(("_temp", UNDO_PREFIX)):
+        if name == EPISODE_ENDS or name.startswith(("_temp", UNDO_PREFIX, STATS_PREFIX)):
             continue
         shape = tuple(store.shape("meta", name))
         if shape and shape[0] == n_episodes:

@@ -7,27 +7,25 @@ buckets for the rest.
   and top ``MANTISSA_BITS`` mantissa bits — the bucketing of HDR histograms, and DDSketch's
   relative-error idea (Masson, Rim & Lee, "DDSketch: a fast and fully-mergeable quantile sketch
   with relative-error guarantees", VLDB 2019) with a base-2 mapping read straight off the bits, so
-  a block is bucketed in a few vectorised passes.  A bucket reads back as its midpoint.
+  a block is bucketed in one compiled pass (:mod:`replaybuf_core.stats_kernels`).  A bucket reads back as its midpoint.
 
 **Error bound.**  For ``q`` in [0, 1] let ``lo`` / ``hi`` be ``np.quantile(x, q, method="lower")``
 / ``"higher"`` (the order statistics around rank ``q (n - 1)``).  The estimate ``e`` lies in
 ``[lo - ALPHA |lo|, hi + ALPHA |hi|]`` with ``ALPHA = 2 ** -(MANTISSA_BITS + 1)`` (0.39 %): within a
 relative 0.39 % of the true order statistic (0 reads back exactly), and exact for exact columns.
-Summaries merge by adding counts, so merging is exact: the summary of episodes merged in any order
-equals the summary of all of them.
+Summaries merge by adding counts and forget deleted values by subtracting theirs, both exactly: the
+summary of episodes merged in any order equals the summary of all of them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .stats_kernels import COL as _COL, HALF as _HALF, MANTISSA_BITS, SHIFT as _SHIFT, segment_moments
+
 __all__ = ["QuantileSketch", "ALPHA", "MANTISSA_BITS", "exact_dtype"]
 
-MANTISSA_BITS = 7
 ALPHA = 2.0 ** -(MANTISSA_BITS + 1)
-_SHIFT = 52 - MANTISSA_BITS
-_COL = np.int64(1) << 42  # column stride of the combined keys
-_HALF = np.int64(1) << 40  # offset that keeps keys non-negative within a column
 
 
 def exact_dtype(dtype) -> bool:
@@ -36,21 +34,12 @@ def exact_dtype(dtype) -> bool:
     return dtype.kind == "b" or (dtype.kind in "iu" and dtype.itemsize <= 4)
 
 
-def _count(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct keys and their counts: ``np.bincount`` over the key range when it is small against
-    the number of keys (linear time), else ``np.unique`` (a sort)."""
-    if not keys.size:
-        return keys, np.zeros(0, dtype=np.int64)
-    lo, hi = int(keys.min()), int(keys.max())
-    if hi - lo <= 4 * keys.size + (1 << 16):
-        counts = np.bincount(keys - lo, minlength=hi - lo + 1)
-        nz = np.flatnonzero(counts)
-        return nz.astype(np.int64) + lo, counts[nz].astype(np.int64)
-    return np.unique(keys, return_counts=True)
-
-
 class QuantileSketch:
     """Per-column quantile summary of a stream of blocks (n, n_columns).
+
+    Attributes:
+        keys: int64 (n_buckets,) increasing combined keys ``column * COL + HALF + bucket``.
+        counts: int64 (n_buckets,) values counted per key (all positive).
 
     Args:
         n_columns: columns (feature dimensions) summarised.
@@ -63,16 +52,6 @@ class QuantileSketch:
         self.counts = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------------ keys <-> values
-    def _keys(self, block: np.ndarray) -> np.ndarray:
-        if self.exact:
-            k = block.astype(np.int64) + _HALF
-        else:
-            x = np.ascontiguousarray(block, dtype=np.float64)
-            mag = (x.view(np.int64) & np.int64(0x7FFFFFFFFFFFFFFF)) >> _SHIFT  # exponent + top mantissa bits
-            k = np.where(x < 0, -mag, mag) + _HALF
-        cols = np.arange(self.n_columns, dtype=np.int64) * _COL
-        return (k.reshape(-1, self.n_columns) + cols).ravel()
-
     def _values(self, keys: np.ndarray) -> np.ndarray:
         k = keys % _COL - _HALF
         if self.exact:
@@ -85,26 +64,52 @@ class QuantileSketch:
     def add(self, block: np.ndarray) -> None:
         """Count a block (n, n_columns) (or (n,) for one column); NaN and inf are not counted."""
         block = np.asarray(block).reshape(-1, self.n_columns)
-        with np.errstate(invalid="ignore"):  # non-finite cells are dropped just below
-            keys = self._keys(block)
-        if block.dtype.kind == "f":
-            keys = keys[np.isfinite(block).ravel()]
-        self._merge_keys(_count(keys))
+        if block.shape[0]:
+            self.add_counts(*segment_moments(block, [0], [block.shape[0]], self.exact).counts())
 
-    def _merge_keys(self, uc) -> None:
-        keys, counts = uc
+    def add_counts(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        """Add ``counts`` (int64, positive) of the combined ``keys`` (int64, any order; see the
+        attributes) — the output of :meth:`replaybuf_core.stats_kernels.Segments.counts`."""
+        self._combine(keys, np.asarray(counts, dtype=np.int64))
+
+    def _combine(self, keys: np.ndarray, counts: np.ndarray) -> None:
         if not keys.size:
             return
         allk = np.concatenate([self.keys, keys])
-        allc = np.concatenate([self.counts, counts.astype(np.int64)])
+        allc = np.concatenate([self.counts, counts])
         self.keys, inv = np.unique(allk, return_inverse=True)
-        self.counts = np.bincount(inv.ravel(), weights=allc, minlength=self.keys.size).astype(np.int64)
+        total = np.zeros(self.keys.size, dtype=np.int64)
+        np.add.at(total, inv.ravel(), allc)
+        nz = total != 0
+        self.keys, self.counts = self.keys[nz], total[nz]
+
+    def _check(self, other: QuantileSketch) -> None:
+        if (other.n_columns, other.exact) != (self.n_columns, self.exact):
+            raise ValueError("sketches of other columns or mode do not combine")
 
     def merge(self, other: QuantileSketch) -> None:
         """Add ``other``'s counts (same columns and mode); ValueError otherwise."""
-        if (other.n_columns, other.exact) != (self.n_columns, self.exact):
-            raise ValueError("sketches of other columns or mode do not merge")
-        self._merge_keys((other.keys, other.counts))
+        self._check(other)
+        self._combine(other.keys, other.counts)
+
+    def subtract(self, other: QuantileSketch) -> None:
+        """Remove ``other``'s counts: the sketch of values that were added to this one (the steps an
+        edit deletes).  Exact (integer counts).
+
+        Raises:
+            ValueError: other columns or mode, or ``other`` holds values this sketch never counted
+                (nothing is changed then).
+        """
+        self._check(other)
+        pos = np.searchsorted(self.keys, other.keys)
+        ok = (pos < self.keys.size) & (self.keys[np.minimum(pos, self.keys.size - 1)] == other.keys) \
+            if self.keys.size else np.zeros(other.keys.size, dtype=bool)
+        if not ok.all() or np.any(self.counts[pos[ok]] < other.counts):
+            raise ValueError("subtract: the other sketch counts values this one does not hold")
+        counts = self.counts.copy()
+        counts[pos] -= other.counts
+        nz = counts != 0
+        self.keys, self.counts = self.keys[nz], counts[nz]
 
     # ------------------------------------------------------------------ reading
     def count(self) -> np.ndarray:
@@ -115,11 +120,21 @@ class QuantileSketch:
     def quantile(self, q: float) -> np.ndarray:
         """The ``q`` quantile of each column (float64 (n_columns,)), NaN for a column with no value;
         the rank is ``floor(q (n - 1))`` (``np.quantile``'s ``"lower"``), read within the bound of
-        the module docstring.  Keys are sorted by column, then by value (the key mapping is
-        monotonic), so one cumulative sum and one search serve every column."""
-        if not 0 <= q <= 1:
-            raise ValueError(f"q must be in [0, 1], got {q}")
-        out = np.full(self.n_columns, np.nan)
+        the module docstring."""
+        return self.quantiles([q])[0]
+
+    def quantiles(self, qs) -> np.ndarray:
+        """:meth:`quantile` of each of ``qs``: float64 (len(qs), n_columns).  Keys are sorted by
+        column, then by value (the key mapping is monotonic), so one cumulative sum and one search
+        serve every column and quantile.
+
+        Raises:
+            ValueError: a ``q`` outside [0, 1].
+        """
+        qs = np.asarray(qs, dtype=np.float64).reshape(-1)
+        if np.any(~((qs >= 0) & (qs <= 1))):
+            raise ValueError(f"q must be in [0, 1], got {qs.tolist()}")
+        out = np.full((qs.size, self.n_columns), np.nan)
         if not self.keys.size:
             return out
         cols = self.keys // _COL
@@ -129,7 +144,7 @@ class QuantileSketch:
         before = np.where(first > 0, cum[np.maximum(first - 1, 0)], 0)
         n = np.where(last > first, cum[np.maximum(last - 1, 0)] - before, 0)
         has = n > 0
-        rank = before + np.floor(q * (n - 1)).astype(np.int64)
-        idx = np.searchsorted(cum, rank[has], side="right")
-        out[has] = self._values(self.keys[idx])
+        rank = before[has] + np.floor(qs[:, None] * (n[has] - 1)).astype(np.int64)
+        idx = np.searchsorted(cum, rank, side="right")
+        out[:, has] = self._values(self.keys[idx])
         return out

@@ -17,6 +17,9 @@ The store is opened with :func:`replaybuf_core.registry.open_backend` (read-only
   along axis 0 at a time, and a failing block is named by key, chunk index and row range;
 * NaN / inf in float data: a note (legal values, often a recording bug), with counts and the first row
   and episode;
+* the stored statistics (:mod:`replaybuf_core.stats_store`): an entry whose arrays fail their hash,
+  or that disagrees with a recomputation from the episodes it covers, is an error; a stale one (the
+  episodes changed since) is a note;
 * what it cannot check: arrays stored without a compressor or checksum (zeroed bytes decode as
   zeros), a note naming them.
 
@@ -33,6 +36,7 @@ import numpy as np
 
 from . import registry
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
+from .editing import STATS_PREFIX
 from .recovery import read_commit_record
 
 EPISODE_ENDS = "episode_ends"
@@ -155,7 +159,8 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 elif rows > n_steps:
                     note(where, f"{where} has {rows - n_steps} rows past meta/episode_ends[-1]={n_steps} "
                                 "(an interrupted append: hidden on read-only opens, trimmed on writable ones)")
-            checked_by_record = (group, name) == ("meta", EPISODE_ENDS) and read_commit_record(store) is not None
+            checked_by_record = ((group, name) == ("meta", EPISODE_ENDS) and read_commit_record(store) is not None) \
+                or (group == "meta" and name.startswith(STATS_PREFIX))  # hashed in meta/replaybuf_stats
             if (CAP_CODECS in store.capabilities and shape and shape[0] and store.codec(group, name) is None
                     and not checked_by_record):
                 note(where, f"{where} is stored without a compressor or checksum: damage to its bytes (a "
@@ -170,11 +175,28 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 for msg in found:
                     err(where, msg)
             _scan(store, group, name, shape, ends, err, note)
+    if not any(p.level == "error" for p in problems):
+        _check_stats(store, err, note)
     if damaged:  # nothing is trimmed or dropped on a damaged store: say so instead of the usual notes
         problems[:] = [p for p in problems if not (p.level == "note" and "interrupted" in p.message)]
         note("meta/episode_ends", "rows past episode_ends[-1] and trailing fill values are kept as they are: "
                                   "recovery does not repair damage (writable opens and --repair refuse it)")
     return problems
+
+
+def _check_stats(store, err, note) -> None:
+    """The stored statistics (:func:`replaybuf_core.stats_store.check_stored_stats`), on a sound store."""
+    from .buffer import ReplayBuffer
+    from .stats_store import check_stored_stats
+
+    try:
+        buffer = ReplayBuffer(store, read_only=True)
+        found = check_stored_stats(buffer)
+    except Exception as exc:  # noqa: BLE001 - report, do not crash
+        err("meta", f"the stored statistics cannot be checked: {type(exc).__name__}: {exc}")
+        return
+    for level, where, msg in found:
+        (err if level == "error" else note)(where, msg)
 
 
 def _scan(store, group, name, shape, ends, err, note) -> None:

@@ -14,10 +14,14 @@ def register(sub) -> None:
                        description="Per key and feature dimension: count, mean, std, min, max and the "
                                    "q01/q10/q50/q90/q99 quantiles (LeRobot's names); camera frames per "
                                    "channel on x / 255.  Quantiles of floats are within 0.39 %% of the true "
-                                   "order statistic; frames and small integers are exact.")
-    p.add_argument("path", metavar="PATH", help="store (opened read-only)")
+                                   "order statistic; frames and small integers are exact.  Statistics stored "
+                                   "in the store are used, with the episodes recorded since merged in.")
+    p.add_argument("path", metavar="PATH", help="store (opened read-only unless --save)")
     p.add_argument("--key", action="append", default=None, metavar="KEY", help="only this key (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON (lists of numbers)")
+    p.add_argument("--save", action="store_true",
+                   help="open the store writable and save the statistics in it (meta/replaybuf_stats), so "
+                        "later calls read only the episodes recorded since; imports save them already")
     p.set_defaults(func=run)
 
 
@@ -31,7 +35,10 @@ def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 bad input)."""
     from ..buffer import ReplayBuffer
 
-    with ReplayBuffer.create_from_path(args.path) as rb:
+    import os
+
+    path = os.path.expanduser(args.path)
+    with (ReplayBuffer(path) if args.save else ReplayBuffer.create_from_path(path)) as rb:
         stats = rb.get_stats(args.key)
     if args.json:
         def finite(v):  # strict JSON: NaN / inf (a NaN in the data, an empty store) become null

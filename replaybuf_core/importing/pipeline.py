@@ -240,6 +240,10 @@ def import_source(
         if not report.ok and dst_path.exists():
             beside.swap = False  # keep the store that was there; the report says why
             report.problems.append(f"{dst_path} was left as it was: the new import failed verification")
+        elif report.ok:
+            with ReplayBuffer(os.fspath(beside.path), backend=backend) as rb:
+                _no_cache(rb.store)
+                rb.get_stats()  # stored with the store (meta/replaybuf_stats), kept up to date from here on
     report.format = source.format_name
     report.restarts = restarts
     report.dropped_empty_episodes = empty

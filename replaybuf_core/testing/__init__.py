@@ -49,7 +49,7 @@ from .conformance import (
     StorageProtocolConformance,
     ValidateBeforeMutateConformance,
 )
-from .edit_conformance import EditConformance
+from .edit_conformance import EditConformance, StatsConformance
 from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot, tree_digest
 from .harness import BackendHarness
 from .stateful import make_state_machine, run_state_machine
@@ -58,6 +58,7 @@ __all__ = [
     "BackendHarness",
     "BufferConformance",
     "EditConformance",
+    "StatsConformance",
     "ConstructorConformance",
     "PropertiesConformance",
     "MetaConformance",

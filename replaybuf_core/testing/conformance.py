@@ -22,7 +22,7 @@ from ..errors import CapabilityError, CorruptStoreError, ReadOnlyError
 from ..protocol import CAP_CHUNKS, CAP_CODECS
 from .data import assert_buffer_equal, assert_episode_equal, assert_snapshot_equal, make_episode, snapshot
 from . import crash
-from .edit_conformance import EditConformance
+from .edit_conformance import EditConformance, StatsConformance
 from .harness import BackendHarness
 from .stateful import run_state_machine
 
@@ -832,6 +832,7 @@ class BufferConformance(
     StatefulConformance,
     CrashConformance,
     EditConformance,
+    StatsConformance,
 ):
     """The whole suite: subclass it as ``class TestMyBackend(BufferConformance): pass`` next to a
     ``harness`` fixture."""

@@ -65,3 +65,44 @@ class EditConformance:
             call(buf)
         assert_buffer_equal(buf, eps)
         assert np.asarray(buf.meta["tag"][:]).tolist() == [0, 7, 14]
+
+
+def _numpy_stats(eps, key):
+    """Mean / std / min / max / count of ``key`` over ``eps``, by NumPy on the concatenated rows."""
+    x = np.concatenate([ep[key] for ep in eps]).astype(np.float64)
+    return {"mean": x.mean(0), "std": x.std(0), "min": x.min(0), "max": x.max(0), "count": [len(x)]}
+
+
+class StatsConformance:
+    """Stored statistics on the harness's backend: saved by a writable ``get_stats``, found again on
+    reopening, and following appends and edits, each time equal to NumPy over the episodes kept."""
+
+    def test_stored_stats_follow_appends_and_edits(self, harness: BackendHarness):
+        from replaybuf_core.stats_store import RECORD
+
+        buf, eps = _filled(harness, (4, 6, 3, 5))
+
+        def check(b, kept):
+            stats = b.get_stats()
+            assert sorted(stats) == ["action", "obs"]
+            for key in ("action", "obs"):
+                for name, want in _numpy_stats(kept, key).items():
+                    np.testing.assert_allclose(stats[key][name], want, rtol=1e-9, atol=1e-12, err_msg=(key, name))
+            entry = b.store.get_attrs("meta")[RECORD]["keys"]["obs"]
+            assert entry["n_episodes"] == len(kept)
+
+        check(buf, eps)
+        extra = make_episode(7, seed=11, strings=True)
+        buf.add_episode(extra)
+        eps = eps + [extra]
+        check(buf, eps)
+        buf.delete_episodes([1])
+        eps = [eps[0]] + eps[2:]
+        check(buf, eps)
+        buf.trim_episode(0, 1, 3)
+        eps[0] = {k: v[1:3] for k, v in eps[0].items()}
+        check(buf, eps)
+        buf.drop_episode()
+        eps = eps[:-1]
+        again = harness.reopen(buf)
+        check(again, eps)

@@ -27,7 +27,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from replaybuf_core.stats import compute_stats
 from replaybuf_core.torch.batch import Batch, to_torch, convert_images
 from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
 from replaybuf_core.window_sampler import WindowSampler, delta_timestamps_to_steps
@@ -115,7 +114,7 @@ class LeRobotMeta:
         total_frames, total_episodes: of the whole store.
         stats: ``{key: {"min", "max", "mean", "std", "count", ...}}`` as NumPy arrays — LeRobot's
             ``stats.json`` when imported, else computed once on first access
-            (:func:`replaybuf_core.stats.compute_stats`, no quantiles).
+            (:meth:`ReplayBuffer.get_stats`: the statistics stored with the store, brought up to date).
     """
 
     def __init__(self, buffer: Any, fps: float | None, stats_from: Callable[[], dict]):
@@ -251,7 +250,7 @@ class LeRobotDataset(_BatchedDataset):
                              episode_mask=self._episode_mask, window_index=window_index)
 
     def _compute_stats(self) -> dict:
-        return compute_stats(self.sampler.buffer)
+        return self.sampler.buffer.get_stats()
 
     # ------------------------------------------------------------------ LeRobot's properties
     @property

@@ -200,6 +200,9 @@ class EditPlan:
                 if s is not None and s.n_episodes == ends.size:
                     self.summaries[key] = s
         self.removed: dict[str, KeySummary] = {}
+        if not self.deleted.size and not self.trimmed:
+            self.summaries = {}  # the edit changes nothing
+            return
         gone = int(lengths[self.deleted].sum()) if self.deleted.size else 0
         self.rebuild = gone > REBUILD_FRACTION * max(int(ends[-1]) if ends.size else 0, 1)
         if not self.summaries or self.rebuild:

@@ -1,0 +1,291 @@
+"""Stored statistics (``replaybuf_core.stats_store``): kept up to date through appends and edits,
+reading only the episodes that changed, never trusted when damaged or stale, checked by verify.
+
+Expected values come from NumPy over a plain list of the episodes kept (the model), never from the
+code under test; which episodes get read is observed by wrapping ``summarize``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaybuf_core import ReplayBuffer
+from replaybuf_core import stats_store
+from replaybuf_core.cli import main
+from replaybuf_core.quantiles import ALPHA
+from replaybuf_core.stats import QUANTILES
+from replaybuf_core.stats_store import RECORD
+from replaybuf_core.verify import verify_store
+
+
+def _episode(rng, n):
+    return {"pos": (rng.standard_normal((n, 2)) * 10).astype(np.float32),
+            "count": rng.integers(-5, 6, (n,), dtype=np.int16),
+            "img": rng.integers(0, 256, (n, 3, 4, 3), dtype=np.uint8)}
+
+
+def _check_against_numpy(stats, eps):
+    """Every statistic against NumPy on the concatenated episodes of the model."""
+    for key in ("pos", "count"):
+        x = np.concatenate([e[key] for e in eps]).astype(np.float64).reshape(-1, *eps[0][key].shape[1:])
+        d = stats[key]
+        np.testing.assert_allclose(d["mean"], x.mean(0), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(d["std"], x.std(0), rtol=1e-9, atol=1e-12)
+        assert d["min"].tolist() == x.min(0).tolist() and d["max"].tolist() == x.max(0).tolist()
+        assert d["count"].tolist() == [len(x)]
+        for name, q in QUANTILES.items():
+            lo, hi = np.quantile(x, q, axis=0, method="lower"), np.quantile(x, q, axis=0, method="higher")
+            if key == "count":  # int16: exact
+                assert d[name].tolist() == lo.tolist(), name
+            else:
+                assert np.all((d[name] >= lo - ALPHA * np.abs(lo)) & (d[name] <= hi + ALPHA * np.abs(hi))), name
+    px = np.concatenate([e["img"] for e in eps]).reshape(-1, 3).astype(np.float64) / 255
+    for name, q in QUANTILES.items():
+        assert stats["img"][name].ravel().tolist() == np.quantile(px, q, axis=0, method="lower").tolist()
+    np.testing.assert_allclose(stats["img"]["mean"].ravel(), px.mean(0), rtol=1e-12)
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.integers(1, 9)),
+    st.tuples(st.just("delete"), st.integers(0, 2**16)),
+    st.tuples(st.just("trim"), st.integers(0, 2**16)),
+    st.tuples(st.just("drop"), st.just(0)),
+    st.tuples(st.just("keep"), st.integers(0, 2**16)),
+    st.tuples(st.just("stats"), st.just(0)),
+    st.tuples(st.just("reopen"), st.just(0)),
+), min_size=1, max_size=10)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, seed=st.integers(0, 2**32 - 1))
+def test_stored_stats_equal_numpy_over_the_model_after_any_operations(tmp_path_factory, ops, seed):
+    rng = np.random.default_rng(seed)
+    path = str(tmp_path_factory.mktemp("s") / "s.zarr")
+    rb = ReplayBuffer.create_empty("zarr", path)
+    model = [_episode(rng, 4), _episode(rng, 6)]
+    for ep in model:
+        rb.add_episode(ep)
+    rb.get_stats()
+    try:
+        for op, arg in ops:
+            n = len(model)
+            if op == "add":
+                ep = _episode(rng, arg)
+                rb.add_episode(ep)
+                model.append(ep)
+            elif op == "delete" and n > 1:
+                i = arg % n
+                rb.delete_episodes([i])
+                model.pop(i)
+            elif op == "trim" and n:
+                i = arg % n
+                length = len(model[i]["pos"])
+                a = arg % length
+                b = a + 1 + (arg // 7) % (length - a)
+                rb.trim_episode(i, a, b)
+                model[i] = {k: v[a:b] for k, v in model[i].items()}
+            elif op == "drop" and n > 1:
+                rb.drop_episode()
+                model.pop()
+            elif op == "keep" and n > 1:
+                mask = np.array([(arg >> j) & 1 for j in range(n)], dtype=bool)
+                mask[arg % n] = True  # keep at least one
+                rb.keep_episodes(mask)
+                model = [e for e, m in zip(model, mask) if m]
+            elif op == "stats":
+                _check_against_numpy(rb.get_stats(), model)
+            elif op == "reopen":
+                rb.close()
+                rb = ReplayBuffer(path)
+        _check_against_numpy(rb.get_stats(), model)
+        entry = rb.store.get_attrs("meta")[RECORD]["keys"]["pos"]
+        assert entry["n_episodes"] == len(model)
+    finally:
+        rb.close()
+    assert [p for p in verify_store(path) if p.level == "error"] == []
+
+
+@pytest.fixture
+def spied(monkeypatch):
+    """Record the episode ranges ``(first, stop)`` the statistics read."""
+    calls = []
+    real = stats_store.summarize
+
+    def summarize(buffer, keys, first, stop):
+        calls.append((first, stop))
+        return real(buffer, keys, first, stop)
+
+    monkeypatch.setattr(stats_store, "summarize", summarize)
+    return calls
+
+
+def _filled(tmp_path, n=6, seed=0):
+    rng = np.random.default_rng(seed)
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "s.zarr"))
+    eps = [_episode(rng, 3 + i) for i in range(n)]
+    for ep in eps:
+        rb.add_episode(ep)
+    return rb, eps, rng
+
+
+def test_an_update_reads_only_the_new_episodes(tmp_path, spied):
+    rb, eps, rng = _filled(tmp_path)
+    rb.get_stats()
+    assert spied == [(0, 6)]
+    spied.clear()
+    rb.get_stats()
+    assert spied == []  # stored and current: nothing read
+    for _ in range(2):
+        ep = _episode(rng, 5)
+        rb.add_episode(ep)
+        eps.append(ep)
+    _check_against_numpy(rb.get_stats(), eps)
+    assert spied == [(6, 8)]
+    rb.close()
+
+
+def test_edits_read_only_the_episodes_they_change(tmp_path, spied):
+    rb, eps, _ = _filled(tmp_path)
+    rb.get_stats()
+    spied.clear()
+    rb.delete_episodes([1, 2, 4])
+    assert spied == [(1, 3), (4, 5)]  # read before the edit, subtracted after
+    eps = [eps[0], eps[3], eps[5]]
+    spied.clear()
+    rb.trim_episode(1, 1, 4)
+    assert spied == [(1, 2), (1, 2)]  # the old episode before, its kept steps after
+    eps[1] = {k: v[1:4] for k, v in eps[1].items()}
+    spied.clear()
+    _check_against_numpy(rb.get_stats(), eps)
+    assert spied == []
+    rb.close()
+
+
+def test_deleting_most_steps_summarises_the_kept_ones_afresh(tmp_path, spied):
+    rb, eps, _ = _filled(tmp_path)
+    rb.get_stats()
+    spied.clear()
+    rb.keep_episodes(np.array([True] + [False] * 5))
+    assert spied == [(0, 1)]
+    _check_against_numpy(rb.get_stats(), eps[:1])
+    rb.close()
+
+
+def test_a_read_only_buffer_brings_stats_up_to_date_without_writing(tmp_path, spied):
+    rb, eps, rng = _filled(tmp_path)
+    rb.get_stats()
+    ep = _episode(rng, 4)
+    rb.add_episode(ep)
+    rb.close()
+    path = tmp_path / "s.zarr"
+    before = json.loads((path / "meta" / "zarr.json").read_text())
+    spied.clear()
+    with ReplayBuffer.create_from_path(path) as ro:
+        _check_against_numpy(ro.get_stats(), eps + [ep])
+    assert spied == [(6, 7)]
+    assert json.loads((path / "meta" / "zarr.json").read_text()) == before
+
+
+def test_damaged_or_stale_stats_are_never_used_and_verify_names_them(tmp_path):
+    rb, eps, _ = _filled(tmp_path)
+    rb.get_stats()
+    m = rb.store.read("meta", "_stats.pos.moments", 0, 6)
+    m[2, 0, 0] += 100.0  # a changed byte the record's hash catches
+    rb.store.write("meta", "_stats.pos.moments", 0, m)
+    rb.close()
+    path = str(tmp_path / "s.zarr")
+    errors = [p for p in verify_store(path) if p.level == "error"]
+    assert len(errors) == 1 and "'pos'" in errors[0].message and "sha256" in errors[0].message
+    with ReplayBuffer.create_from_path(path) as ro:
+        _check_against_numpy(ro.get_stats(), eps)  # recomputed, not the damaged numbers
+    with ReplayBuffer(path) as rw:
+        rw.get_stats()  # writable: saved afresh
+    assert [p for p in verify_store(path) if p.level == "error"] == []
+    # a record that claims other episodes (e.g. written by a foreign tool) is stale: a note, and unused
+    with ReplayBuffer(path) as rw:
+        rec = rw.store.get_attrs("meta")[RECORD]
+        rec["keys"]["count"]["ends_sha256"] = "0" * 64
+        rw.store.set_attrs("meta", {RECORD: rec})
+    found = verify_store(path)
+    assert [p.level for p in found if "'count'" in p.message] == ["note"]
+    with ReplayBuffer.create_from_path(path) as ro:
+        _check_against_numpy(ro.get_stats(), eps)
+
+
+def test_stats_that_disagree_with_the_data_are_an_error(tmp_path):
+    rb, eps, _ = _filled(tmp_path)
+    rb.get_stats()
+    rb.store.write("data", "count", 0, np.full(3, 5, dtype=np.int16))  # data changed behind the stats' back
+    rb.close()
+    errors = [p for p in verify_store(str(tmp_path / "s.zarr")) if p.level == "error"]
+    assert len(errors) == 1 and "disagree" in errors[0].message and "'count'" in errors[0].message
+
+
+def test_an_interrupted_save_costs_a_recomputation_only(tmp_path, monkeypatch):
+    rb, eps, rng = _filled(tmp_path)
+    rb.get_stats()
+    ep = _episode(rng, 5)
+    rb.add_episode(ep)
+    real = rb.store.set_attrs
+
+    def dies(group, attrs):
+        if RECORD in attrs:
+            raise KeyboardInterrupt  # killed after the arrays, before the record
+        return real(group, attrs)
+
+    monkeypatch.setattr(rb.store, "set_attrs", dies)
+    with pytest.raises(KeyboardInterrupt):
+        rb.get_stats()
+    monkeypatch.setattr(rb.store, "set_attrs", real)
+    rb.close()
+    path = str(tmp_path / "s.zarr")
+    with ReplayBuffer(path) as rw:
+        _check_against_numpy(rw.get_stats(), eps + [ep])
+    assert [p for p in verify_store(path) if p.level == "error"] == []
+
+
+def test_another_version_is_ignored_and_named(tmp_path):
+    rb, eps, _ = _filled(tmp_path)
+    rb.store.set_attrs("meta", {RECORD: {"version": 99, "keys": {}}})
+    rb.close()
+    path = str(tmp_path / "s.zarr")
+    notes = [p for p in verify_store(path) if "version 99" in p.message]
+    assert [p.level for p in notes] == ["note"]
+    with ReplayBuffer.create_from_path(path) as ro:
+        _check_against_numpy(ro.get_stats(), eps)
+
+
+def test_the_command_saves_only_when_asked(tmp_path, capsys):
+    rb, eps, _ = _filled(tmp_path)
+    rb.close()
+    path = str(tmp_path / "s.zarr")
+    assert main(["stats", path, "--json"]) == 0
+    capsys.readouterr()
+    with ReplayBuffer.create_from_path(path) as ro:
+        assert RECORD not in ro.store.get_attrs("meta")
+    assert main(["stats", path, "--json", "--save"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["count"]["count"] == [sum(len(e["count"]) for e in eps)]
+    with ReplayBuffer.create_from_path(path) as ro:
+        assert ro.store.get_attrs("meta")[RECORD]["keys"]["pos"]["n_episodes"] == 6
+
+
+def test_merge_keeps_the_first_sources_stats_and_adds_the_others(tmp_path, spied):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, eps_a, _ = _filled(tmp_path / "a", n=3, seed=1)
+    a.get_stats()
+    a.close()
+    b, eps_b, _ = _filled(tmp_path / "b", n=2, seed=2)
+    b.close()
+    out = ReplayBuffer.merge([tmp_path / "a" / "s.zarr", tmp_path / "b" / "s.zarr"], tmp_path / "m.zarr")
+    out.close()
+    spied.clear()
+    with ReplayBuffer(str(tmp_path / "m.zarr")) as m:
+        _check_against_numpy(m.get_stats(), eps_a + eps_b)
+    assert spied == [(3, 5)]

@@ -4,17 +4,15 @@
   every step: our fast chunk reader, no LRU of decoded chunks, page cache warm; and zarr-python's own
   ``array[:]``), alternating, medians.  Numeric keys (state, action, keypoint, n_contacts) and the
   camera frames apart.
-* Kept up to date: on a writable copy of the numeric keys, ``get_stats`` after one more episode
-  (reads only it) and with nothing new (reads the stored summary), against the from-scratch figure.
+* Kept up to date: ``get_stats`` after one more episode (reads only it) and with nothing new (reads
+  the stored summary), every key, against the from-scratch figure.
 """
 
 from __future__ import annotations
 
 import statistics
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import zarr
 
 from replaybuf_core import ReplayBuffer
@@ -49,29 +47,30 @@ def run(table: Table, store: Path, smoke: bool) -> None:
             tz = statistics.median(t_zarr)
             table.add("stats", f"one full read of the same {label} (zarr-python array[:])", tz * 1e3, "ms", "{:.1f}")
             table.ratio("stats", f"stats from scratch / zarr-python full read, {label}", ts / tz, "<= 1.5", ts / tz <= 1.5)
-    _incremental(table, rb, numeric, smoke)
     rb.close()
+    _incremental(table, store, smoke)
 
 
-def _incremental(table: Table, rb: ReplayBuffer, keys: list[str], smoke: bool) -> None:
-    n = rb.n_episodes if not smoke else min(rb.n_episodes, 20)
-    with tempfile.TemporaryDirectory() as tmp:
-        with ReplayBuffer.create_empty("zarr", str(Path(tmp) / "s.zarr")) as out:
-            with out.writer() as w:
-                for e in range(n - 1):
-                    w.add_episode({k: v for k, v in rb.get_episode(e, copy=True).items() if k in keys})
-            last = {k: v for k, v in rb.get_episode(n - 1, copy=True).items() if k in keys}
-            out.get_stats()
-            t_add, t_none = [], []
-            for _ in range(1 if smoke else 7):
-                out.add_episode(last)
-                t_add.append(median_time(out.get_stats, 1))
-                t_none.append(median_time(out.get_stats, 1))
-                out.drop_episode()
-            t_scratch = median_time(lambda: compute_stats(out, keys), 1 if smoke else 5)
+def _incremental(table: Table, store: Path, smoke: bool) -> None:
+    """On the imported store itself (its import saved the statistics): add a copy of the last
+    episode, time ``get_stats`` (reads only it), again (nothing new), then drop the copy; against the
+    same statistics from scratch."""
+    t_add, t_none = [], []
+    with ReplayBuffer(store) as rb:
+        rb.cache_bytes = 0
+        last = rb.get_episode(rb.n_episodes - 1, copy=True)
+        rb.get_stats()
+        for _ in range(1 if smoke else 5):
+            rb.add_episode(last)
+            t_add.append(median_time(rb.get_stats, 1))
+            t_none.append(median_time(rb.get_stats, 1))
+            rb.drop_episode()
+        t_scratch = median_time(lambda: compute_stats(rb), 1)
+        n, keys = rb.n_episodes, ", ".join(k for k in rb.keys() if k in rb.get_stats())
     ta, tn = statistics.median(t_add), statistics.median(t_none)
-    steps = int(np.asarray(last[keys[0]]).shape[0])
-    table.add("stats", f"get_stats after one new episode ({steps} steps; of {n})", ta * 1e3, "ms", "{:.1f}")
+    steps = len(next(iter(last.values())))
+    table.add("stats", f"get_stats after one new episode ({steps} steps; {keys})", ta * 1e3, "ms", "{:.1f}")
     table.add("stats", "get_stats with nothing new (the stored summary)", tn * 1e3, "ms", "{:.1f}")
-    table.add("stats", f"stats from scratch, same {n} episodes", t_scratch * 1e3, "ms", "{:.1f}")
-    table.ratio("stats", "one-episode update / from scratch", ta / t_scratch, "< 1", ta < t_scratch)
+    table.add("stats", f"stats from scratch, the same keys over {n + 1} episodes", t_scratch * 1e3, "ms", "{:.1f}")
+    table.ratio("stats", f"one-episode update / from scratch ({n + 1} episodes)", ta / t_scratch,
+                "~ 1 / episodes", ta < 5 * t_scratch / (n + 1))

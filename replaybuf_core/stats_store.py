@@ -4,13 +4,13 @@ up to date per committed episode, followed through edits, and checked by ``repla
 **Layout (version 1).**  The ``meta`` attribute ``replaybuf_stats`` holds
 ``{"version": 1, "keys": {key: entry}}``; an entry gives the key's ``kind`` (``"values"`` /
 ``"frames"``), ``exact``, step ``shape``, the episodes covered ``n_episodes`` (a prefix of the
-store's), ``ends_sha256`` (SHA-256 of ``episode_ends[:n_episodes]`` as little-endian int64) and
+store's), the ``rows`` in use of each array (arrays grow geometrically; rows past those are unused), ``ends_sha256`` (SHA-256 of ``episode_ends[:n_episodes]`` as little-endian int64) and
 ``sha256`` (of the stored summary, below).  The summary lives in meta arrays under the reserved
 prefix ``_stats.``:
 
 * ``_stats.<key>.moments`` float64 (n_episodes, 4, n_columns): per episode mean, M2 (sum of squared
   deviations), min, max of each column of the flattened step (numeric keys);
-* ``_stats.<key>.sketch`` int64 (2, n_buckets): the quantile sketch's keys and counts (numeric keys);
+* ``_stats.<key>.sketch`` int64 (n_buckets, 2): the quantile sketch's keys and counts (numeric keys);
 * ``_stats.<key>.hist`` int64 (C, 256): per-channel value counts (camera frames).
 
 **Trust.**  An entry is used only when its layout matches the key, its ``n_episodes`` is at most the
@@ -54,7 +54,7 @@ def _summary_arrays(key: str, s: KeySummary) -> dict[str, np.ndarray]:
     moments = np.stack([s.mean, s.m2, s.min, s.max], axis=1) if s.n_episodes else \
         np.zeros((0, 4, s.mean.shape[1]))
     return {f"{PREFIX}{key}.moments": np.ascontiguousarray(moments, dtype=np.float64),
-            f"{PREFIX}{key}.sketch": np.stack([s.sketch.keys, s.sketch.counts]).astype(np.int64)}
+            f"{PREFIX}{key}.sketch": np.stack([s.sketch.keys, s.sketch.counts], axis=1).astype(np.int64)}
 
 
 def _digest(arrays: dict[str, np.ndarray]) -> str:
@@ -67,8 +67,10 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 
 
 def _entry(key: str, s: KeySummary, ends: np.ndarray) -> dict:
+    arrays = _summary_arrays(key, s)
     return {"kind": s.kind, "exact": s.exact, "shape": list(s.shape), "n_episodes": s.n_episodes,
-            "ends_sha256": _ends_digest(ends[: s.n_episodes]), "sha256": _digest(_summary_arrays(key, s))}
+            "rows": {name[len(PREFIX) + len(key) + 1:]: int(a.shape[0]) for name, a in arrays.items()},
+            "ends_sha256": _ends_digest(ends[: s.n_episodes]), "sha256": _digest(arrays)}
 
 
 def _record(store: Any) -> dict:
@@ -93,15 +95,18 @@ def _load(buffer: Any, key: str, entry: Any, ends: np.ndarray) -> tuple[KeySumma
     if entry.get("ends_sha256") != _ends_digest(ends[:e]):
         return None, "stored for other episodes (episode_ends changed since)"
     names = list(_summary_arrays(key, fresh))
+    rows = entry.get("rows")
+    if not isinstance(rows, dict):
+        return None, "the entry gives no row counts"
     arrays = {}
     for name in names:
+        n = rows.get(name[len(PREFIX) + len(key) + 1:])
         if not store.has_array("meta", name):
             return None, f"meta/{name} is missing"
         shape = tuple(store.shape("meta", name))
-        rows = e if name.endswith(".moments") else shape[0] if shape else 0
-        if name.endswith(".moments") and (len(shape) != 3 or shape[0] < e):
-            return None, f"meta/{name} has shape {shape}"
-        arrays[name] = np.asarray(store.read("meta", name, 0, rows))
+        if not isinstance(n, int) or not shape or not 0 <= n <= shape[0]:
+            return None, f"meta/{name} has shape {shape}, the entry gives {n} rows"
+        arrays[name] = np.asarray(store.read("meta", name, 0, n))
     if _digest(arrays) != entry.get("sha256"):
         return None, "the stored arrays do not hash to the recorded sha256 (damaged, or an interrupted save)"
     fresh.lengths = np.diff(np.r_[0, ends[:e]]).astype(np.int64)
@@ -111,16 +116,18 @@ def _load(buffer: Any, key: str, entry: Any, ends: np.ndarray) -> tuple[KeySumma
             return None, f"meta/{names[0]} has shape {fresh.hist.shape}"
         return fresh, ""
     m, sk = arrays[names[0]], arrays[names[1]]
-    if m.shape[1:] != (4, fresh.mean.shape[1]) or sk.ndim != 2 or sk.shape[0] != 2:
+    if m.shape != (e, 4, fresh.mean.shape[1]) or sk.ndim != 2 or sk.shape[1] != 2:
         return None, "the stored arrays have other shapes than the key's"
     fresh.mean, fresh.m2, fresh.min, fresh.max = (np.ascontiguousarray(m[:, i]) for i in range(4))
-    fresh.sketch.keys, fresh.sketch.counts = sk[0].copy(), sk[1].copy()
+    fresh.sketch.keys, fresh.sketch.counts = sk[:, 0].copy(), sk[:, 1].copy()
     return fresh, ""
 
 
 def _save(buffer: Any, summaries: dict[str, KeySummary], ends: np.ndarray, appended_from: dict[str, int]) -> None:
     """Write ``summaries`` (all covering ``ends``) and their entries; rows of a ``.moments`` array
-    before ``appended_from[key]`` are known to be stored already."""
+    before ``appended_from[key]`` are known to be stored already.  Arrays grow geometrically (the
+    entry gives the rows in use), so an update of a few episodes writes a few rows and resizes
+    rarely."""
     store = buffer.store
     rec = _record(store)
     for key, s in summaries.items():
@@ -129,12 +136,13 @@ def _save(buffer: Any, summaries: dict[str, KeySummary], ends: np.ndarray, appen
             if store.has_array("meta", name) and (np.dtype(store.dtype("meta", name)) != a.dtype or
                                                   tuple(store.shape("meta", name))[1:] != a.shape[1:]):
                 store.delete_array("meta", name)
-                start = 0
             if not store.has_array("meta", name):
                 store.create_array("meta", name, shape=a.shape, dtype=a.dtype)
                 start = 0
             else:
-                store.resize("meta", name, a.shape[0])
+                have = int(store.shape("meta", name)[0])
+                if have < a.shape[0]:
+                    store.resize("meta", name, max(a.shape[0], 2 * have))
             if a.shape[0] > start:
                 store.write("meta", name, start, a[start:])
         rec["keys"][key] = _entry(key, s, ends)

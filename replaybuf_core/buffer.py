@@ -222,12 +222,17 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         so a call costs in proportion to the new episodes.  Precision: see
         :func:`replaybuf_core.stats.compute_stats`.
 
-        Raises KeyError naming an unknown key."""
+        Raises KeyError naming an unknown key, ValueError naming a requested key that is not numeric
+        or bool (strings)."""
         from .stats_store import stats_of
 
         for k in keys or []:
             if k not in self:
                 raise KeyError(f"get_stats: no data key {k!r} (keys: {self.keys()})")
+            dtype = np.dtype(self._store.dtype("data", k))
+            if dtype.kind not in "biuf":
+                raise ValueError(f"get_stats: data key {k!r} holds {dtype} values; statistics are kept for "
+                                 "numeric and bool keys")
         with self._mutex:
             return {k: s.result() for k, s in stats_of(self, keys).items()}
 

@@ -13,6 +13,10 @@ buckets for the rest.
 / ``"higher"`` (the order statistics around rank ``q (n - 1)``).  The estimate ``e`` lies in
 ``[lo - ALPHA |lo|, hi + ALPHA |hi|]`` with ``ALPHA = 2 ** -(MANTISSA_BITS + 1)`` (0.39 %): within a
 relative 0.39 % of the true order statistic (0 reads back exactly), and exact for exact columns.
+The relative bound holds for normal floats; float64 subnormals (``|x| < 2.2e-308``, below float32's
+range too) share coarse buckets and read back within ``2.3e-308`` absolutely.
+:class:`~replaybuf_core.stats.KeySummary` clips quantiles into the column's [min, max], which only
+moves an estimate closer to the truth.
 Summaries merge by adding counts and forget deleted values by subtracting theirs, both exactly: the
 summary of episodes merged in any order equals the summary of all of them.
 """

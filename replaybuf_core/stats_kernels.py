@@ -18,14 +18,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["Segments", "segment_moments", "channel_histograms", "MANTISSA_BITS", "SHIFT", "COL", "HALF"]
+__all__ = ["Segments", "segment_moments", "channel_histograms", "MANTISSA_BITS", "SHIFT", "COL", "HALF", "MAX_COLUMNS"]
 
 MANTISSA_BITS = 7
 SHIFT = 52 - MANTISSA_BITS
-#: column stride of the combined (column, value) keys
-COL = np.int64(1) << 42
+#: column stride of the combined (column, value) keys: a column's keys span less than 2 ** 34
+#: (exact keys: 4-byte integers, [-2 ** 31, 2 ** 32); float keys: (-2 ** 19, 2 ** 19))
+COL = np.int64(1) << 34
 #: offset that keeps a value's key non-negative within a column
-HALF = np.int64(1) << 40
+HALF = np.int64(1) << 32
+#: most columns a sketch takes (combined keys stay below 2 ** 63)
+MAX_COLUMNS = 1 << 29
 #: a cell that is not counted (NaN, inf)
 SKIP = np.iinfo(np.int64).min
 #: at most this many dense counters per column (2 ** 21: every float64 key of one sign fits)
@@ -103,8 +106,12 @@ def _moments_kernel(x, xb, mode, starts, stops, mean, m2, lo, hi, keys, kmin, km
                 e = np.float64(x[i, j]) - mu
                 dev += e
                 sq += e * e
-            mean[s, j] = mu + dev / n
-            m2[s, j] = sq - dev * dev / n
+            if np.isfinite(mu) and np.isfinite(sq):
+                mean[s, j] = mu + dev / n
+                m2[s, j] = sq - dev * dev / n
+            else:  # an inf in the column (mean +-inf, M2 NaN, as NumPy), or squares past float64 (inf)
+                mean[s, j] = mu
+                m2[s, j] = sq if np.isfinite(mu) else np.nan
             if total != total:  # a NaN (or inf - inf) in the column
                 nan = False
                 for i in range(a, b):
@@ -215,6 +222,8 @@ def segment_moments(block: np.ndarray, starts: np.ndarray, stops: np.ndarray, ex
         reductions do); ``keys`` int64 (n_columns, n).
     """
     x, xb, mode = _kernel_input(block, exact)
+    if x.shape[1] >= MAX_COLUMNS:
+        raise ValueError(f"statistics take at most {MAX_COLUMNS - 1} values per step, got {x.shape[1]}")
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     stops = np.ascontiguousarray(stops, dtype=np.int64)
     out = Segments()

@@ -20,6 +20,9 @@ data: the worst an interrupted save or a foreign edit can do is cost a recomputa
 the arrays first and the attribute last (one object), so a kill leaves the old entry (valid when
 only rows past its coverage were written) or the new one.
 
+**Edits.**  Entries behind the store when an edit starts are forgotten first (an edit can leave the
+covered ``episode_ends`` reading the same, e.g. deleting one of several equal-length episodes).
+
 **Up to date.**  :func:`stats_of` merges the episodes committed since the entry was saved (reading
 only them) and, on a writable store, saves the result: the cost of an update is in proportion to
 the new episodes.  Edits (:mod:`replaybuf_core.buffer_editing`) drop deleted episodes' rows and
@@ -202,15 +205,23 @@ class EditPlan:
         lengths = np.diff(np.r_[0, ends])
         rec = _record(buffer.store)
         self.summaries: dict[str, KeySummary] = {}
+        self.removed: dict[str, KeySummary] = {}
+        if not self.deleted.size and not self.trimmed:
+            return  # the edit changes nothing
         for key in rec["keys"]:
             if key in buffer.keys():
                 s, _ = _load(buffer, key, rec["keys"][key], ends)
                 if s is not None and s.n_episodes == ends.size:
                     self.summaries[key] = s
-        self.removed: dict[str, KeySummary] = {}
-        if not self.deleted.size and not self.trimmed:
-            self.summaries = {}  # the edit changes nothing
-            return
+        stale = sorted(set(rec["keys"]) - set(self.summaries))
+        if stale:
+            # An entry behind the store would not follow the edit, and after it the covered
+            # episode_ends may read the same (deleting one of equal-length episodes): forget it now,
+            # before anything changes, so it is recomputed rather than trusted.
+            for key in stale:
+                del rec["keys"][key]
+            buffer.store.set_attrs("meta", {RECORD: rec})
+            buffer._persist()
         gone = int(lengths[self.deleted].sum()) if self.deleted.size else 0
         self.rebuild = gone > REBUILD_FRACTION * max(int(ends[-1]) if ends.size else 0, 1)
         if not self.summaries or self.rebuild:
@@ -267,8 +278,11 @@ def check_stored_stats(buffer: Any) -> list[tuple[str, str, str]]:
         version = raw.get("version") if isinstance(raw, dict) else None
         return [("note", f"meta/{RECORD}", f"stored statistics of version {version!r} (this replaybuf reads "
                                           f"version {VERSION}): ignored, recomputed on the next get_stats")]
+    if not isinstance(raw.get("keys"), dict):
+        return [("note", f"meta/{RECORD}", f"meta/{RECORD} holds no 'keys' mapping: ignored, recomputed on the "
+                                          "next get_stats")]
     ends = np.asarray(buffer.episode_ends[: buffer.n_episodes], dtype=np.int64)
-    for key, entry in sorted(raw.get("keys", {}).items()):
+    for key, entry in sorted(raw["keys"].items()):
         where = f"meta/{PREFIX}{key}"
         if key not in buffer.keys():
             out.append(("note", where, f"statistics stored for {key!r}, which is not a data key"))

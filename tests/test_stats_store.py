@@ -289,3 +289,70 @@ def test_merge_keeps_the_first_sources_stats_and_adds_the_others(tmp_path, spied
     with ReplayBuffer(str(tmp_path / "m.zarr")) as m:
         _check_against_numpy(m.get_stats(), eps_a + eps_b)
     assert spied == [(3, 5)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "zarr"])
+def test_stats_behind_the_store_are_not_trusted_after_an_edit(tmp_path, backend):
+    # equal-length episodes: deleting one leaves the covered episode_ends reading the same
+    rb = ReplayBuffer.create_empty(backend, str(tmp_path / "s.zarr")) if backend == "zarr" \
+        else ReplayBuffer.create_empty(backend)
+    eps = [{"x": np.full((5, 2), float(i), np.float32)} for i in range(10)]
+    for ep in eps:
+        rb.add_episode(ep)
+    rb.get_stats()
+    eps.append({"x": np.full((5, 2), 100.0, np.float32)})
+    rb.add_episode(eps[-1])  # the stored stats are now one episode behind
+    rb.delete_episodes([0])
+    x = np.concatenate([e["x"] for e in eps[1:]]).astype(np.float64)
+    got = rb.get_stats()["x"]
+    np.testing.assert_allclose(got["mean"], x.mean(0), rtol=1e-12)
+    assert got["max"].tolist() == x.max(0).tolist()
+
+
+def test_wide_steps_infinities_and_huge_values_match_numpy():
+    rb = ReplayBuffer.create_empty("numpy")
+    wide = (np.arange(2 * (2**21 + 3), dtype=np.float32).reshape(2, -1) % 1000) + 1
+    rb.add_episode({"w": wide, "i": np.array([[np.inf, 1.0], [2.0, -np.inf]])})
+    rb.add_episode({"w": wide[::-1].copy(), "i": np.array([[3.0, 4.0], [5.0, 6.0]])})
+    s = rb.get_stats()
+    w = np.concatenate([wide, wide[::-1]]).astype(np.float64)
+    assert np.isfinite(s["w"]["q50"]).all()
+    lo, hi = np.quantile(w, 0.5, axis=0, method="lower"), np.quantile(w, 0.5, axis=0, method="higher")
+    assert np.all((s["w"]["q50"] >= lo * (1 - ALPHA)) & (s["w"]["q50"] <= hi * (1 + ALPHA)))
+    x = np.array([[np.inf, 1.0], [2.0, -np.inf], [3.0, 4.0], [5.0, 6.0]])
+    with np.errstate(invalid="ignore"):
+        assert s["i"]["mean"].tolist() == x.mean(0).tolist()  # [inf, -inf]
+        assert np.isnan(s["i"]["std"]).all() and np.isnan(x.std(0)).all()
+    big = ReplayBuffer.create_empty("numpy")
+    big.add_episode({"b": np.array([1e300, -1e300, 1e300])})
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert float(big.get_stats()["b"]["std"]) == np.array([1e300, -1e300, 1e300]).std() == np.inf
+
+
+def test_quantiles_stay_within_min_and_max_and_subnormals_within_their_absolute_bound():
+    rng = np.random.default_rng(0)
+    rb = ReplayBuffer.create_empty("numpy")
+    x = rng.standard_normal((500, 4))
+    rb.add_episode({"x": x, "tiny": np.array([5e-324, 1e-310, 2e-310, 1.5e-309] * 125)})
+    s = rb.get_stats()
+    for name in QUANTILES:
+        assert np.all(s["x"][name] >= s["x"]["min"]) and np.all(s["x"][name] <= s["x"]["max"])
+        t = np.array([5e-324, 1e-310, 2e-310, 1.5e-309] * 125)
+        q = QUANTILES[name]
+        lo, hi = np.quantile(t, q, method="lower"), np.quantile(t, q, method="higher")
+        assert lo - 2.3e-308 <= s["tiny"][name] <= hi + 2.3e-308
+
+
+def test_string_keys_are_refused_by_name_and_a_malformed_record_is_a_note(tmp_path, capsys):
+    path = str(tmp_path / "s.zarr")
+    with ReplayBuffer.create_empty("zarr", path) as rb:
+        rb.add_episode({"s": np.array(["a", "b"], dtype=object), "x": np.zeros(2)})
+        with pytest.raises(ValueError, match="'s' holds object"):
+            rb.get_stats(["s"])
+        rb.store.set_attrs("meta", {RECORD: {"version": 1, "keys": []}})
+    assert main(["stats", path, "--key", "s"]) == 2
+    assert "'s'" in capsys.readouterr().err
+    found = [p for p in verify_store(path) if RECORD in p.where]
+    assert [p.level for p in found] == ["note"]
+    with ReplayBuffer.create_from_path(path) as ro:
+        assert float(ro.get_stats()["x"]["mean"]) == 0.0

@@ -13,7 +13,7 @@ def register(sub) -> None:
     p = sub.add_parser("stats", help="normalisation statistics of the numeric keys (read-only)",
                        description="Per key and feature dimension: count, mean, std, min, max and the "
                                    "q01/q10/q50/q90/q99 quantiles (LeRobot's names); camera frames per "
-                                   "channel on x / 255.  Quantiles of floats are within 0.39 %% of the true "
+                                   "channel on x / 255.  Quantiles of floats are within 0.39 % of the true "
                                    "order statistic; frames and small integers are exact.  Statistics stored "
                                    "in the store are used, with the episodes recorded since merged in.")
     p.add_argument("path", metavar="PATH", help="store (opened read-only unless --save)")

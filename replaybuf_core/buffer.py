@@ -92,8 +92,9 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
     """
 
     # ------------------------------------------------------------------ opening / creating
-    def __init__(self, root: Any, *, backend: str | None = None, read_only: bool = False):
-        store = registry.open_backend(root, backend=backend, read_only=read_only)
+    def __init__(self, root: Any, *, backend: str | None = None, read_only: bool = False,
+                 storage_options: dict | None = None):
+        store = registry.open_backend(root, backend=backend, read_only=read_only, storage_options=storage_options)
         self._mutex = threading.RLock()  # mutations of one buffer from several threads take turns
         self._closed = False
         self._lock = None
@@ -102,8 +103,10 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
             lock_dir = locking.lock_dir_of(store)
             if lock_dir is not None:  # one writer process per store (StoreLockedError)
                 self._lock = locking.acquire(lock_dir)
-                if self._lock is not None:
-                    self._release = weakref.finalize(self, self._lock.release)
+            elif callable(getattr(store, "acquire_writer_lease", None)):  # object storage: a lease
+                self._lock = store.acquire_writer_lease()
+            if self._lock is not None:
+                self._release = weakref.finalize(self, self._lock.release)
         try:
             report = recover(store)  # writable: repairs interrupted writes; read-only: only looks
         except BaseException:
@@ -187,14 +190,20 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         return cls(s, **kwargs)
 
     @classmethod
-    def create_from_path(cls, zarr_path: str | os.PathLike, backend: str | None = None) -> ReplayBuffer:
-        """Open the store at ``zarr_path`` (``~`` expanded) **read-only**.
+    def create_from_path(cls, zarr_path: str | os.PathLike, backend: str | None = None,
+                         storage_options: dict | None = None) -> ReplayBuffer:
+        """Open the store at ``zarr_path`` (``~`` expanded; or an ``s3://`` / ``gs://`` / ``az://`` URL,
+        configured by ``storage_options`` or the environment) **read-only**.
 
         Raises:
-            FileNotFoundError: nothing at the path.
+            FileNotFoundError: nothing at the path or URL.  OSError: an object store that cannot be
+            read (missing bucket, wrong credentials, unreachable endpoint; named).  ValueError: a URL
+            of an unknown scheme.
         """
-        path = os.path.expanduser(os.fspath(zarr_path))
-        return cls(path, backend=backend, read_only=True)
+        from .locations import is_object_url, local_path
+
+        path = os.fspath(zarr_path) if is_object_url(zarr_path) else local_path(zarr_path, "store")
+        return cls(path, backend=backend, read_only=True, storage_options=storage_options)
 
 
     @classmethod

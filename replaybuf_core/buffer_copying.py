@@ -12,6 +12,7 @@ from . import registry
 from .chunks import check_chunks_compatible, get_optimal_chunks
 from .compressors import resolve_compressor as _resolve_compressor
 from .copying import copy_array
+from .locations import is_object_url, local_path
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
 from .recovery import COMMIT_RECORD, write_commit_record
 from .replace import build_beside, holding_lock
@@ -98,14 +99,40 @@ class StoreCopying:
         at the end; ``"raise"``/``"skip"`` write into it.  Either way the store's writer lock is
         held meanwhile: a store another process is recording into is never touched
         (``StoreLockedError``), and a failed save leaves the old store as it was."""
-        path = os.path.expanduser(os.fspath(zarr_path))
         backend = kwargs.pop("backend", "zarr")
         self._validate_copy_args(None, chunks, compressors, if_exists)
+        if is_object_url(zarr_path):
+            return self._save_to_url(os.fspath(zarr_path), backend, chunks, compressors, if_exists, **kwargs)
+        path = local_path(zarr_path, "save_to_path")
         self._copy_to_path(path, backend, chunks=chunks, compressors=compressors, if_exists=if_exists, **kwargs)
         dst = registry.get_backend(backend).open(path, read_only=True)
         root = dst.root
         dst.close()
         return getattr(root, "store", root)
+
+    def _save_to_url(self, url: str, backend: str, chunks, compressors, if_exists: str, **kwargs: Any) -> Any:
+        """save_to_path on object storage: no rename to swap a store in, so the prefix must hold none
+        (``FileExistsError`` otherwise, nothing written); data objects go first and
+        ``meta/episode_ends`` last, so an interrupted save reads as a store of the committed prefix."""
+        entry = registry.get_backend(backend)
+        options = kwargs.get("storage_options")
+        probe = None
+        try:
+            probe = entry.open(url, read_only=True, storage_options=options)
+        except FileNotFoundError:
+            pass
+        if probe is not None:
+            probe.close()
+            raise FileExistsError(f"{url} already holds a zarr store; object stores have no rename to swap a "
+                                  "new one in: delete it first or save to another prefix")
+        dst = entry.create(url, if_exists="append", **kwargs)
+        try:
+            self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists)
+        finally:
+            dst.close()
+        saved = entry.open(url, read_only=True, storage_options=options)
+        saved.close()
+        return saved.root.store
 
     # ------------------------------------------------------------------ copying internals
     def _copy_to_new(self, store: Any, backend: str | None, *, keys=None, chunks=None, compressors=None,

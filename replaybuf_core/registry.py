@@ -188,7 +188,13 @@ def guess_backend(obj: Any) -> BackendEntrypoint:
                 return info.entrypoint
         except Exception as exc:  # a buggy guess must not hide the other backends
             logger.warning("backend %s raised in guess_can_open: %s", info.name, exc)
-    if isinstance(obj, (str, os.PathLike)):
+    from .locations import url_scheme
+
+    scheme = url_scheme(obj)
+    if scheme is not None:
+        what = (f"{os.fspath(obj)}: no installed backend opens {scheme}:// URLs (object storage: s3://, gs://, "
+                "az:// with the zarr backend)")
+    elif isinstance(obj, (str, os.PathLike)):
         what = f"{os.fspath(obj)}: not a store any installed backend recognises"
         if not os.path.exists(os.path.expanduser(os.fspath(obj))):
             what = f"{os.fspath(obj)}: no such file or directory"
@@ -197,8 +203,11 @@ def guess_backend(obj: Any) -> BackendEntrypoint:
     raise BackendNotFoundError(f"{what}; {_installed_text()}")
 
 
-def open_backend(obj: Any, *, backend: str | None = None, read_only: bool = False):
-    """Open ``obj`` (a native root, store or path) with the named backend, or the one that claims it.
+def open_backend(obj: Any, *, backend: str | None = None, read_only: bool = False,
+                 storage_options: dict | None = None):
+    """Open ``obj`` (a native root, store, path or object-storage URL) with the named backend, or the
+    one that claims it; ``storage_options`` (credentials, endpoint ... of an object-storage URL) go
+    to the backend's ``open``.
 
     An object that already is a :class:`~replaybuf_core.protocol.StorageBackend` is returned as is.
     """
@@ -207,7 +216,9 @@ def open_backend(obj: Any, *, backend: str | None = None, read_only: bool = Fals
     if isinstance(obj, StorageBackend) and not isinstance(obj, (dict, str)):
         return obj
     entry = get_backend(backend) if backend is not None else guess_backend(obj)
-    return entry.open(obj, read_only=read_only)
+    if storage_options is None:
+        return entry.open(obj, read_only=read_only)
+    return entry.open(obj, read_only=read_only, storage_options=storage_options)
 
 
 # ------------------------------------------------------------------------------------------ formats

@@ -33,13 +33,15 @@ from .chunk_cache import ChunkCache
 from .file_pool import FILES
 from .layout import ChunkKeys, ShardLayout, chunk_layout
 from .spec_codecs import array_decoder, crc32c
+from .object_reads import ObjectFetcher, Replaced
 from .zarr_compat import memory_store_dict
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 class _Fetcher:
     """Synchronous byte access to one store: whole objects and byte ranges (files through the
-    process-wide :data:`~replaybuf_zarr.file_pool.FILES` pool, a ``MemoryStore`` through its dict).
+    process-wide :data:`~replaybuf_zarr.file_pool.FILES` pool, a ``MemoryStore`` through its dict, an
+    ``ObjectStore`` through obstore's range requests: :mod:`.object_reads`).
 
     :meth:`handle` gives an *acquired* handle (a file handle, or a memory buffer); read through it
     with :meth:`read_at` / :meth:`read_tail` / :meth:`size` and give it back with :meth:`done`;
@@ -57,6 +59,9 @@ class _Fetcher:
         elif isinstance(store, MemoryStore) and memory_store_dict(store) is not None:
             self.kind = "memory"
             self.mapping = memory_store_dict(store)
+        elif type(store).__name__ == "ObjectStore" and hasattr(store, "store"):  # zarr's, over obstore
+            self.kind = "object"
+            self.objects = ObjectFetcher(store.store)
         else:
             raise TypeError("unsupported store")
 
@@ -78,6 +83,8 @@ class _Fetcher:
 
     def get(self, key: str) -> bytes | None:
         """The whole object ``key``, or None when it is absent."""
+        if self.kind == "object":
+            return self.objects.get(key)
         if self.kind == "local":
             h = FILES.open(self._owner, f"{self.root}/{key}")
             if h is None:
@@ -93,10 +100,14 @@ class _Fetcher:
         """One version of object ``key``, acquired (give it back with :meth:`done`): a file handle or
         a memory buffer; None if absent.  Reads through one handle see one version even while a
         writer replaces the object."""
+        if self.kind == "object":
+            return self.objects.handle(key)
         return FILES.open(self._owner, f"{self.root}/{key}") if self.kind == "local" else self.mapping.get(key)
 
     def reuse(self, handle: Any) -> bool:
         """Acquire a kept :meth:`handle` for one more read; False when it was retired meanwhile."""
+        if self.kind == "object":
+            return not handle.retired
         return FILES.acquire(handle) if self.kind == "local" else True
 
     def done(self, handle: Any) -> None:
@@ -106,17 +117,24 @@ class _Fetcher:
 
     def size(self, handle: Any) -> int:
         """Bytes in the object behind a :meth:`handle`."""
+        if self.kind == "object":
+            return self.objects.size(handle)
         return os.fstat(handle.fd).st_size if self.kind == "local" else len(handle.as_numpy_array())
 
     def read_tail(self, handle: Any, n: int) -> bytes:
         """The last ``n`` bytes (fewer if the object is shorter) of a :meth:`handle`."""
+        if self.kind == "object":
+            return self.objects.read_tail(handle, n)
         if self.kind == "local":
             size = os.fstat(handle.fd).st_size
             return os.pread(handle.fd, min(n, size), max(0, size - n))
         return handle.as_numpy_array()[-n:].tobytes()
 
     def read_at(self, handle: Any, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)`` of a :meth:`handle`."""
+        """Bytes ``[start, stop)`` of a :meth:`handle` (object stores: :class:`Replaced` when the
+        object was replaced since the handle first read it)."""
+        if self.kind == "object":
+            return self.objects.read_at(handle, start, stop)
         if self.kind == "local":
             return os.pread(handle.fd, stop - start, start)
         return handle.as_numpy_array()[start:stop].tobytes()
@@ -239,6 +257,11 @@ class ChunkReader:
                 continue
             try:
                 return self._fetch.read_at(handle, offset, offset + nbytes)
+            except Replaced:  # an object store's shard replaced since its index was read: again
+                with self._lock:
+                    if self._index_cache.get(shard_coords) is entry:
+                        del self._index_cache[shard_coords]
+                continue
             finally:
                 self._fetch.done(handle)
         raise RuntimeError(f"{self._prefix.rstrip('/') or 'array'}: shard {shard_coords} keeps being replaced "

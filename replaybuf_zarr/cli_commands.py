@@ -1,4 +1,4 @@
-"""CLI commands the zarr backend contributes: ``replaybuf synth``."""
+"""CLI commands the zarr backend contributes: ``replaybuf synth``, ``replaybuf unlock``."""
 
 from __future__ import annotations
 
@@ -50,4 +50,22 @@ def run_synth(args) -> int:
         print(f"  {key:<10} {str(tuple(arr.shape)):<22} {str(arr.dtype):<8} {describe_codec(codecs[key])}")
     print(f"bytes on disk: {_store_bytes(schema.zarr_path):,}")
     print(f"trajectory plot: {png}")
+    return 0
+
+
+def register_unlock(sub) -> None:
+    """Add ``unlock`` to the ``replaybuf`` sub-parser action ``sub``."""
+    p = sub.add_parser("unlock", help="break the writer lease of a store on object storage (its writer is dead)",
+                       description="Delete URL/.replaybuf.lease, the lease a writable open of an s3:// / gs:// / "
+                                   "az:// store holds. Only when its writer is dead (a killed process leaves its "
+                                   "lease behind): a live writer would go on writing beside the next one.")
+    p.add_argument("url", metavar="URL", help="the store's URL, e.g. s3://bucket/prefix.zarr")
+    p.set_defaults(func=_run_unlock)
+
+
+def _run_unlock(args) -> int:
+    from .object_store import break_lease
+
+    holder = break_lease(args.url)
+    print(f"{args.url}: no lease to break" if holder is None else f"{args.url}: broke the lease held by {holder}")
     return 0

@@ -13,7 +13,8 @@ def replaybuf_backends():
 
 @hookimpl
 def replaybuf_register_commands(subparsers):
-    """Hook: the CLI command that needs zarr (``synth``)."""
-    from .cli_commands import register_synth
+    """Hook: the CLI commands that need zarr (``synth``, ``unlock``)."""
+    from .cli_commands import register_synth, register_unlock
 
     register_synth(subparsers)
+    register_unlock(subparsers)

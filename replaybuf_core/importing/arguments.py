@@ -93,7 +93,8 @@ def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: s
     if not os.fspath(dst).strip():
         raise ValueError("the destination is an empty path")
     if "://" in os.fspath(dst):
-        raise ValueError(f"{os.fspath(dst)} is a URL; imports write local paths only")
+        raise ValueError(f"{os.fspath(dst)} is a URL; imports write local paths only (import to a local path, "
+                         "then ReplayBuffer.create_from_path(PATH).save_to_path(URL) copies it to object storage)")
     src_path = Path(os.path.expanduser(os.fspath(src))).resolve()
     dst_path = Path(os.path.expanduser(os.fspath(dst))).resolve()
     if dst_path == src_path or src_path in dst_path.parents:

@@ -179,6 +179,17 @@ def _check_content(rb: ReplayBuffer, n: int, ids: list[int] | None = None) -> st
     return None
 
 
+def _break_dead_writers_lease(path: str | os.PathLike) -> None:
+    """On object storage the killed child's lease outlives it (no server notices a death): break it,
+    as an operator does with ``replaybuf unlock`` once the writer is known dead."""
+    from ..locations import is_object_url
+
+    if is_object_url(path):
+        from replaybuf_zarr.object_store import break_lease
+
+        break_lease(os.fspath(path))
+
+
 def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_delay: float = 0.25,
               timeout: float = 60.0) -> TrialResult:
     """Run the ``kind`` child on the buffer at ``path`` (created by :func:`create`), SIGKILL it after
@@ -221,6 +232,7 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
     if "Traceback" in err:
         return TrialResult(kind, False, 0, len(dones), f"child raised: {err[-800:]}")
     committed = dones[-1] if dones else (0 if kind in EDIT_KINDS else before)
+    _break_dead_writers_lease(path)
     try:
         rb = _open_quiet(path)
     except Exception as exc:  # noqa: BLE001 - a failed open is the result

@@ -33,7 +33,8 @@ from typing import Any
 from replaybuf_core.errors import StoreLockedError
 from replaybuf_core.locations import is_object_url
 
-__all__ = ["open_object_store", "Lease", "acquire_lease", "break_lease", "LEASE_NAME", "store_url"]
+__all__ = ["open_object_store", "Lease", "acquire_lease", "break_lease", "release_all_leases", "LEASE_NAME",
+           "store_url"]
 
 LEASE_NAME = ".replaybuf.lease"
 logger = logging.getLogger(__name__)
@@ -117,6 +118,16 @@ class Lease:
         except Exception as exc:  # noqa: BLE001 - e.g. the endpoint is gone: the lease stays, named
             logger.warning("%s: could not delete the writer lease (%s: %s); break it with `replaybuf unlock %s`",
                            self.url, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", self.url)
+
+
+def release_all_leases() -> None:
+    """Release every lease this process holds, whatever the open buffers (a test session ending
+    before its server stops; buffers left open release theirs when collected otherwise)."""
+    with _held_lock:
+        leases = [entry[0] for entry in _held.values()]
+    for lease in leases:
+        while lease.url in _held:
+            lease.release()
 
 
 def _read(store: Any, obstore) -> dict:

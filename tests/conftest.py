@@ -170,6 +170,12 @@ def s3_server():
     try:
         yield s3
     finally:
+        import gc
+
+        from replaybuf_zarr.object_store import release_all_leases
+
+        gc.collect()  # buffers the tests left open release their leases while the server is up
+        release_all_leases()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

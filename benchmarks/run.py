@@ -16,7 +16,8 @@ from pathlib import Path
 
 import zarr
 
-from . import edit_bench, index_bench, ingest_bench, lerobot_bench, sampling_bench, stats_bench, training_bench
+from . import (edit_bench, index_bench, ingest_bench, lerobot_bench, object_bench, sampling_bench, stats_bench,
+               training_bench)
 from .common import PUSHT, Table
 
 
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
         training_bench.run(table, dst, tmp, args.smoke)
         edit_bench.run(table, dst, tmp, args.smoke)
         stats_bench.run(table, dst, args.smoke)
+        object_bench.run(table, dst, tmp, args.smoke)
         index_bench.run(table, args.smoke)
         lerobot_bench.run(table, tmp, args.smoke)
     print(table.render())

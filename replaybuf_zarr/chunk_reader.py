@@ -38,6 +38,8 @@ from .zarr_compat import memory_store_dict
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
+#: on object stores, inner chunks of one shard closer than this (bytes) are fetched by one range request
+COALESCE_GAP = 1 << 20
 class _Fetcher:
     """Synchronous byte access to one store: whole objects and byte ranges (files through the
     process-wide :data:`~replaybuf_zarr.file_pool.FILES` pool, a ``MemoryStore`` through its dict, an
@@ -227,19 +229,21 @@ class ChunkReader:
             raise CorruptStoreError(f"{where}: the index points past the end of the {size}-byte shard (truncated)")
         return index.tolist()
 
-    def _raw_chunk(self, coords: tuple[int, ...]) -> bytes | None:
-        if self._shard is None:
-            return self._fetch.get(self._key(coords))
+    def _locate(self, coords: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+        """``(shard coordinates, index of the inner chunk in the shard)`` of chunk ``coords``."""
         per = self._shard.per_shard
         if self._time_sharded:  # shards split time only (camera frames): the common, fast case
             t, p = coords[0], per[0]
-            shard_coords = (t // p,) + coords[1:]
-            local = t % p
-        else:
-            shard_coords = tuple(c // p for c, p in zip(coords, per))
-            local = 0
-            for c, p, stride in zip(coords, per, self._strides):
-                local += (c % p) * stride
+            return (t // p,) + coords[1:], t % p
+        local = 0
+        for c, p, stride in zip(coords, per, self._strides):
+            local += (c % p) * stride
+        return tuple(c // p for c, p in zip(coords, per)), local
+
+    def _raw_chunk(self, coords: tuple[int, ...]) -> bytes | None:
+        if self._shard is None:
+            return self._fetch.get(self._key(coords))
+        shard_coords, local = self._locate(coords)
         for _ in range(8):  # a file retired between its index and its bytes is read again
             entry = self._index_cache.get(shard_coords, False)
             if entry is False or (entry is not None and getattr(entry[0], "retired", False)):
@@ -387,11 +391,73 @@ class ChunkReader:
                 out[c] = hit
         if missing:  # fetched (pread releases the GIL) and decoded by the same task
             generation = self._generation
-            decoded = parallel_map(self._fetch_and_decode, missing)
+            if self._fetch.kind == "object" and self._shard is not None:
+                raws = self._object_shard_reads(missing)  # a few coalesced requests per shard
+                decoded = parallel_map(self._decode_or_fill, [raws[c] for c in missing], missing)
+            else:
+                decoded = parallel_map(self._fetch_and_decode, missing)
             for c, d in zip(missing, decoded):
                 d.flags.writeable = False  # cached and handed out as views
                 out[c] = d
             self._keep(generation, missing, decoded)
+        return out
+
+    def _object_shard_reads(self, coords: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], bytes | None]:
+        """Raw bytes of sharded chunks on an object store, by shard: the shard indexes (cached) read
+        in parallel, then per shard the needed inner chunks in coalesced spans (gaps up to
+        ``COALESCE_GAP``), one range request per span, several shards in flight on the codec pool.
+        A shard replaced meanwhile (its ETag changed) is read again from its new index."""
+        by_shard: dict[tuple[int, ...], list] = {}
+        for c in coords:
+            shard_coords, local = self._locate(c)
+            by_shard.setdefault(shard_coords, []).append((local, c))
+        shards = list(by_shard)
+        for _ in range(8):
+            parallel_map(self._shard_index_cached, shards)
+            results = parallel_map(lambda sc: self._read_shard_chunks(sc, by_shard[sc]), shards)
+            if all(r is not None for r in results):
+                out: dict = {}
+                for r in results:
+                    out.update(r)
+                return out
+            shards = [sc for sc, r in zip(shards, results) if r is None]  # replaced: read again
+            for sc in shards:
+                with self._lock:
+                    self._index_cache.pop(sc, None)
+        raise RuntimeError(f"{self._prefix.rstrip('/') or 'array'}: shards {shards} keep being replaced while read")
+
+    def _shard_index_cached(self, shard_coords: tuple[int, ...]):
+        entry = self._index_cache.get(shard_coords, False)
+        if entry is False or (entry is not None and getattr(entry[0], "retired", False)):
+            entry = self._shard_index(shard_coords)
+        return entry
+
+    def _read_shard_chunks(self, shard_coords, wanted: list) -> dict | None:
+        """``{coords: bytes or None}`` of the ``(local, coords)`` in ``wanted`` of one shard; None when
+        the shard was replaced since its index was read."""
+        entry = self._shard_index_cached(shard_coords)
+        if entry is None:
+            return {c: None for _, c in wanted}
+        handle, idx = entry
+        out: dict = {}
+        spans: list[list] = []  # [start, stop, [(coords, offset, nbytes), ...]]
+        for local, c in sorted(wanted, key=lambda w: idx[w[0]][0]):
+            offset, nbytes = idx[local]
+            if offset == _EMPTY:
+                out[c] = None
+                continue
+            if spans and offset - spans[-1][1] <= COALESCE_GAP:
+                spans[-1][1] = max(spans[-1][1], offset + nbytes)
+                spans[-1][2].append((c, offset, nbytes))
+            else:
+                spans.append([offset, offset + nbytes, [(c, offset, nbytes)]])
+        for start, stop, members in spans:
+            try:
+                raw = self._fetch.read_at(handle, start, stop)
+            except Replaced:
+                return None
+            for c, offset, nbytes in members:
+                out[c] = raw[offset - start: offset - start + nbytes]
         return out
 
     def read_ranges(self, starts: Sequence[int], stops: Sequence[int]) -> list[np.ndarray]:

@@ -11,6 +11,7 @@ inner chunk read.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 __all__ = ["ObjectFetcher", "Replaced"]
@@ -34,9 +35,15 @@ class ObjectFetcher:
         import obstore
 
         self._ob, self._store = obstore, store
+        self._count = itertools.count()
+        self.requests = 0  # requests sent so far (the benchmarks report them per batch)
+
+    def _sent(self) -> None:
+        self.requests = next(self._count) + 1
 
     def get(self, key: str) -> bytes | None:
         """The whole object ``key``, or None when it is absent."""
+        self._sent()
         try:
             return bytes(self._ob.get(self._store, key).bytes())
         except FileNotFoundError:
@@ -45,6 +52,7 @@ class ObjectFetcher:
     def handle(self, key: str) -> _Handle | None:
         """A handle of the current version of ``key`` (one HEAD request), or None when it is absent."""
         h = _Handle(key)
+        self._sent()
         try:
             meta = self._ob.head(self._store, key)
         except FileNotFoundError:
@@ -67,6 +75,7 @@ class ObjectFetcher:
         options: dict = {"range": (int(start), int(stop))}
         if handle.etag:
             options["if_match"] = handle.etag
+        self._sent()
         try:
             return bytes(self._ob.get(self._store, handle.key, options=options).bytes())
         except (FileNotFoundError, self._ob.exceptions.PreconditionError):

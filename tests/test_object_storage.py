@@ -163,3 +163,45 @@ def test_save_to_path_and_copy_between_disk_and_s3(s3_server, tmp_path):
         rec = ro.store.get_attrs("meta")["replaybuf_stats"]
         assert json.dumps(rec) and rec["keys"]["obs"]["n_episodes"] == 2  # the stats came along
     assert [p for p in verify_store(url) if p.level == "error"] == []
+
+
+@pytest.fixture
+def sharded_url(s3_server, tmp_path):
+    """A synthetic store with WebP frames in shards of 16 (replaybuf synth), copied to S3."""
+    local = tmp_path / "syn.zarr"
+    assert main(["synth", "circle", str(local), "--episodes", "6", "--length", "20", "--image-size", "16",
+                 "--frames-per-shard", "16"]) == 0
+    url = s3_server.new_url()
+    with ReplayBuffer.create_from_path(local) as rb:
+        rb.save_to_path(url)
+    return url, local
+
+
+def test_sharded_frames_are_read_by_coalesced_range_requests(sharded_url):
+    url, local = sharded_url
+    with ReplayBuffer.create_from_path(url) as ro, ReplayBuffer.create_from_path(local) as lo:
+        ro.cache_bytes = lo.cache_bytes = 0
+        assert ro.store.shards("data", "image")[0] == 16
+        rng = np.random.default_rng(1)
+        starts = np.sort(rng.integers(0, ro.n_steps - 3, 40))
+        got = ro.read_ranges("image", starts, starts + 3)
+        import zarr
+
+        want = zarr.open_group(str(local), mode="r")["data"]["image"]  # read another way: zarr-python, on disk
+        for a, g in zip(starts, got):
+            assert np.array_equal(g, want[a:a + 3])
+        fetcher = ro.store._reader("data", "image")._fetch.objects
+        before = fetcher.requests
+        ro.read_ranges("image", [16, 20, 33], [19, 24, 40])  # shards 1 and 2, indexes cached: one request each
+        assert fetcher.requests - before == 2
+
+
+def test_a_shard_replaced_after_its_index_was_read_is_read_again(sharded_url):
+    url, _ = sharded_url
+    with ReplayBuffer.create_from_path(url) as ro:
+        ro.cache_bytes = 0
+        old = ro.read_ranges("image", [0], [4])[0].copy()  # the index of shard 0 is cached now
+        with ReplayBuffer(url) as rw:
+            new = (255 - old).astype(np.uint8)
+            rw.store.write("data", "image", 0, new)  # the shard object is replaced (a whole-object PUT)
+        assert np.array_equal(ro.read_ranges("image", [0], [4])[0], new)

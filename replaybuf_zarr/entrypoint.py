@@ -1,0 +1,161 @@
+"""Opening and creating zarr stores for replaybuf: the backend's entry point (``ZarrEntrypoint``),
+which takes ``zarr.Group`` objects, zarr stores, paths to zarr directories / ``.zip`` files and
+object-storage URLs (:mod:`.object_store`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+
+from replaybuf_core import locking
+from replaybuf_core.locations import is_object_url, local_path, url_scheme
+from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_PERSISTENT, CAP_SHARDS, GROUPS, BackendEntrypoint
+
+from .backend import ZarrBackend, _metadata_file_error
+
+__all__ = ["ZarrEntrypoint", "open_store"]
+
+
+def _looks_like_zarr_path(obj: Any) -> bool:
+    if not isinstance(obj, (str, os.PathLike)):
+        return False
+    if is_object_url(obj):
+        return True  # the zarr backend is the one that opens object storage
+    s = os.fspath(obj)
+    if url_scheme(s) is not None:
+        return False
+    p = Path(os.path.expanduser(s))
+    if s.endswith((".zarr", ".zarr/", ".zarr.zip")) or p.suffix == ".zip":
+        return True
+    return p.is_dir() and ((p / "zarr.json").exists() or (p / ".zgroup").exists())
+
+
+def open_store(obj: Any, *, read_only: bool, storage_options: dict | None = None) -> Store:
+    """A zarr store for a path (directory → ``LocalStore``, ``.zip`` → ``ZipStore``), an object-storage
+    URL (``s3://`` ... → ``ObjectStore`` over obstore, :mod:`.object_store`) or a store.
+
+    Raises:
+        ValueError: a URL of an unknown scheme, or ``storage_options`` for something that is not a URL.
+    """
+    from zarr.storage import LocalStore, ZipStore
+
+    if isinstance(obj, Store):
+        return obj.with_read_only(True) if read_only and not obj.read_only else obj
+    if is_object_url(obj):
+        from .object_store import open_object_store
+
+        return open_object_store(os.fspath(obj), read_only=read_only, storage_options=storage_options)
+    if storage_options:
+        raise ValueError(f"storage_options are for object-storage URLs (s3://, gs://, az://), not {obj!r}")
+    path = Path(local_path(obj, "store"))
+    if path.suffix == ".zip":
+        if not read_only:
+            raise ValueError(f"{path}: .zip stores open read-only; save to a directory to write")
+        return ZipStore(path, mode="r")
+    return LocalStore(path, read_only=read_only)
+
+
+def _object_store_to_create(url: str, if_exists: str, storage_options: dict | None) -> Store:
+    """The store at ``url`` to create a buffer in: refused when the prefix holds objects but no zarr
+    store, or a store another writer holds the lease of (nothing is written then)."""
+    import obstore
+
+    from .object_store import acquire_lease, describe_failure, open_object_store
+    from .zarr_compat import store_get
+
+    store = open_object_store(url, read_only=False, storage_options=storage_options)
+    try:
+        first = next(iter(obstore.list(store.store, chunk_size=3)), [])
+    except Exception as exc:  # noqa: BLE001 - a missing bucket, wrong credentials, no endpoint
+        raise describe_failure(url, store, exc) from exc
+    if first:
+        if store_get(store, "zarr.json") is None:
+            shown = ", ".join(m["path"] for m in first)
+            raise FileExistsError(f"{url} holds objects ({shown} ...) and no zarr store; refusing to write there")
+        if if_exists == "replace":
+            acquire_lease(store).release()  # never replace a store another writer holds (StoreLockedError)
+    return store
+
+
+class ZarrEntrypoint(BackendEntrypoint):
+    """Opens ``zarr.Group`` objects, zarr stores and paths to zarr directories / ``.zip`` files;
+    creates roots in a store (``MemoryStore`` by default) or a directory path."""
+
+    name = "zarr"
+    description = "Zarr v3 groups (MemoryStore, LocalStore, ZipStore, s3:// gs:// az:// object storage); reads zarr v2"
+    capabilities = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT})
+
+    def guess_can_open(self, obj: Any) -> bool:
+        return isinstance(obj, (zarr.Group, Store)) or _looks_like_zarr_path(obj)
+
+    def open(self, obj: Any, *, read_only: bool = False, storage_options: dict | None = None) -> ZarrBackend:
+        if isinstance(obj, zarr.Group):
+            if read_only and not obj.store.read_only:
+                obj = zarr.open_group(obj.store.with_read_only(True), path=obj.path, mode="r")
+            return ZarrBackend(obj, read_only=read_only or None)
+        url = os.fspath(obj) if is_object_url(obj) else None
+        if not isinstance(obj, Store) and url is None:
+            path = Path(local_path(obj, "store"))
+            if not path.exists():
+                raise FileNotFoundError(f"no zarr store at {path}")
+        store = open_store(obj, read_only=read_only, storage_options=storage_options)
+        try:
+            group = zarr.open_group(store, mode="r" if read_only else "r+")
+        except FileNotFoundError as exc:
+            if url is not None:
+                from .object_store import describe_failure
+
+                raise describe_failure(url, store, exc) from None
+            raise FileNotFoundError(f"{obj}: no zarr group found (no zarr.json / .zgroup)") from None
+        except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
+            raise _metadata_file_error(store, "", exc) from exc
+        except Exception as exc:  # noqa: BLE001 - obstore's errors (endpoint, credentials) named with the URL
+            if url is None:
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise OSError(f"{url}: the object store cannot be read: {first}") from exc
+        return ZarrBackend(group, read_only=read_only or None)
+
+    def create(self, store: Any = None, *, if_exists: str = "replace", root: zarr.Group | None = None,
+               **kwargs: Any) -> ZarrBackend:
+        from zarr.storage import MemoryStore
+
+        if root is None and isinstance(store, zarr.Group):
+            root = store
+            if if_exists == "replace":
+                for name in list(root):
+                    del root[name]
+        if root is None:
+            if store is None:
+                store = MemoryStore()
+            elif is_object_url(store):
+                store = _object_store_to_create(os.fspath(store), if_exists, kwargs.pop("storage_options", None))
+            elif not isinstance(store, Store):
+                path = Path(local_path(store, "store"))
+                if if_exists == "replace" and path.exists() and not (path / "zarr.json").exists() \
+                        and not (path / ".zgroup").exists() and any(path.iterdir()):
+                    raise FileExistsError(f"{path} exists and is not a zarr store; refusing to replace it")
+                if if_exists == "replace" and path.exists():
+                    if path.is_dir():  # never replace a store another process is writing to
+                        held = locking.acquire(path)  # StoreLockedError names the holder
+                        if held is not None:
+                            held.release()
+                    shutil.rmtree(path)
+                store = open_store(path, read_only=False)
+            mode = {"replace": "w", "append": "a", "raise": "w-"}.get(if_exists)
+            if mode is None:
+                raise ValueError(f"if_exists must be 'replace', 'append' or 'raise', got {if_exists!r}")
+            try:
+                root = zarr.open_group(store, mode=mode, zarr_format=3)
+            except (FileExistsError, zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError) as exc:
+                raise FileExistsError(f"a zarr store already exists at {store}: {exc}") from None
+        backend = ZarrBackend(root)
+        for group in GROUPS:
+            if not backend.has_group(group):
+                backend.require_group(group)
+        return backend

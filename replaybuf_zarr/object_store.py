@@ -81,7 +81,7 @@ def describe_failure(url: str, store: Any, exc: Exception) -> Exception:
     by listing the prefix), else nothing there (FileNotFoundError)."""
     obstore = _obstore()
     try:
-        obstore.list(store.store, prefix=None, chunk_size=1).collect()
+        next(iter(obstore.list(store.store, chunk_size=1)), None)  # the first object only
     except Exception as probe:  # noqa: BLE001 - the listing tells what is wrong
         first = str(probe).splitlines()[0] if str(probe) else type(probe).__name__
         return OSError(f"{url}: the object store cannot be read (bucket missing, wrong credentials or "

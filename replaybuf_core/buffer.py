@@ -222,14 +222,15 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         merge_stores(sources, dst, overwrite=overwrite)
         return cls.create_from_path(dst)
 
-    def get_stats(self, keys: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    def get_stats(self, keys: list[str] | None = None, recompute: bool = False) -> dict[str, dict[str, np.ndarray]]:
         """Normalisation statistics of the numeric data keys (default all): per key and feature
         dimension ``count``, ``mean``, ``std``, ``min``, ``max`` and ``q01``/``q10``/``q50``/``q90``/
         ``q99`` (LeRobot's names; float64 arrays of the step shape), camera frames per channel on
         ``x / 255`` (C, 1, 1).  Kept in the store (:mod:`replaybuf_core.stats_store`): episodes
         committed since the last call are read and merged in, and a writable buffer saves the result,
-        so a call costs in proportion to the new episodes.  Precision: see
-        :func:`replaybuf_core.stats.compute_stats`.
+        so a call costs in proportion to the new episodes; ``recompute`` ignores what is stored
+        (the first call in a process also compiles the kernels: about 2 s, cached on disk).
+        Precision: see :func:`replaybuf_core.stats.compute_stats`.
 
         Raises KeyError naming an unknown key, ValueError naming a requested key that is not numeric
         or bool (strings)."""
@@ -243,7 +244,7 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
                 raise ValueError(f"get_stats: data key {k!r} holds {dtype} values; statistics are kept for "
                                  "numeric and bool keys")
         with self._mutex:
-            return {k: s.result() for k, s in stats_of(self, keys).items()}
+            return {k: s.result() for k, s in stats_of(self, keys, recompute=recompute).items()}
 
     # ------------------------------------------------------------------ properties
     @property

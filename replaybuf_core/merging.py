@@ -53,7 +53,7 @@ def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: b
 
     Raises:
         ValueError: fewer than one source, sources that disagree (see :func:`check_compatible`),
-            ``dst`` is one of the sources.
+            ``dst`` is one of the sources, or a URL (merge locally, then ``save_to_path(URL)``).
         FileExistsError: ``dst`` exists and ``overwrite`` is False.
         StoreLockedError: another process writes ``dst``.
     """
@@ -61,7 +61,10 @@ def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: b
 
     if not sources:
         raise ValueError("merge needs at least one source")
-    dst_text = os.path.realpath(os.path.expanduser(os.fspath(dst)))
+    from .locations import local_path
+
+    # a local path only: the merged store is built beside and swapped in (object stores cannot rename)
+    dst_text = os.path.realpath(local_path(dst, "merge destination"))
     opened, buffers = [], []
     try:
         for i, s in enumerate(sources):

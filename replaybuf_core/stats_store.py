@@ -154,9 +154,11 @@ def _save(buffer: Any, summaries: dict[str, KeySummary], ends: np.ndarray, appen
     buffer._persist()
 
 
-def stats_of(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, KeySummary]:
+def stats_of(buffer: Any, keys: Sequence[str] | None = None, recompute: bool = False) -> dict[str, KeySummary]:
     """Up-to-date summaries of ``keys`` (default: every numeric / bool key): the stored ones with the
     episodes committed since merged in, the others computed; saved back when the buffer is writable.
+    ``recompute`` ignores what is stored (after ``verify`` found stored statistics that disagree with
+    data changed behind replaybuf's back).
 
     Raises:
         KeyError: a key not in the buffer.
@@ -169,7 +171,7 @@ def stats_of(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, KeySum
     rec = _record(buffer.store)
     out, stale, start = {}, {}, {}
     for key in keys:
-        s, _ = _load(buffer, key, rec["keys"].get(key), ends)
+        s, _ = (None, "") if recompute else _load(buffer, key, rec["keys"].get(key), ends)
         if s is not None and s.n_episodes == ends.size:
             out[key] = s
             continue
@@ -295,7 +297,8 @@ def check_stored_stats(buffer: Any) -> list[tuple[str, str, str]]:
         fresh = summarize(buffer, [key], 0, s.n_episodes)[key]
         if not _same(s, fresh):
             out.append(("error", where, f"stored statistics of {key!r} disagree with its data over the "
-                                        f"{s.n_episodes} episodes they cover"))
+                                        f"{s.n_episodes} episodes they cover (data changed behind replaybuf's "
+                                        "back?); `replaybuf stats PATH --recompute --save` replaces them"))
     return out
 
 

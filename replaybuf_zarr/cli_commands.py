@@ -34,10 +34,12 @@ def register_synth(sub) -> None:
 def run_synth(args) -> int:
     """Generate the data set described by ``args``; returns 0.  Raises ValueError/TypeError for bad
     settings, FileExistsError for an existing output without ``--overwrite``."""
+    from replaybuf_core.locations import local_path
     from replaybuf_core.synthetic import SyntheticSchema
 
     from .synthetic import create_replay_buffer_from_synthetic
 
+    local_path(args.out, "synth output")  # a local path (and a PNG beside it); ValueError for a URL
     schema = SyntheticSchema(args.out, task_name=args.task, num_episodes=args.episodes, seed=args.seed,
                              image_size=args.image_size, num_modes=args.modes, trajectory_length=args.length,
                              noise_std=args.noise, num_styles=args.styles)
@@ -60,12 +62,14 @@ def register_unlock(sub) -> None:
                                    "az:// store holds. Only when its writer is dead (a killed process leaves its "
                                    "lease behind): a live writer would go on writing beside the next one.")
     p.add_argument("url", metavar="URL", help="the store's URL, e.g. s3://bucket/prefix.zarr")
+    p.add_argument("--force", action="store_true",
+                   help="break it even when its holder is a process of this host that is still running")
     p.set_defaults(func=_run_unlock)
 
 
 def _run_unlock(args) -> int:
     from .object_store import break_lease
 
-    holder = break_lease(args.url)
+    holder = break_lease(args.url, force=args.force)
     print(f"{args.url}: no lease to break" if holder is None else f"{args.url}: broke the lease held by {holder}")
     return 0

@@ -168,8 +168,10 @@ def acquire_lease(store: Any) -> Lease:
         obstore.put(inner, LEASE_NAME, body, mode="create")
     except obstore.exceptions.AlreadyExistsError:
         info = _read(inner, obstore)
+        here = "" if info.get("host") != socket.gethostname() else (
+            " (running)" if _alive_here(info) else " (not running on this host: dead)")
         raise StoreLockedError(f"{url} is being written by another writer: its lease {url}/{LEASE_NAME} is held by "
-                               f"{_holder(info)}; if that writer is dead, break the lease with "
+                               f"{_holder(info)}{here}; if that writer is dead, break the lease with "
                                f"`replaybuf unlock {url}`") from None
     except Exception as exc:
         # the reply may have been lost after the PUT succeeded: our token in the lease settles it
@@ -185,14 +187,36 @@ def acquire_lease(store: Any) -> Lease:
     return lease
 
 
-def break_lease(url: str, storage_options: dict | None = None) -> str | None:
+def _alive_here(info: dict) -> bool:
+    """True when the lease's holder is a running process of this host."""
+    if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
+        return False
+    try:
+        os.kill(info["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def break_lease(url: str, storage_options: dict | None = None, force: bool = False) -> str | None:
     """Delete the lease of the store at ``url`` (its writer is dead); returns who held it (None: no
-    lease).  The caller makes sure no writer is alive: a live one would go on writing."""
+    lease).  A holder that is a running process of this host is not broken unless ``force``; a
+    holder on another host cannot be checked: the caller makes sure it is dead (a live writer would
+    go on writing).
+
+    Raises:
+        StoreLockedError: the holder runs on this host and ``force`` is False.
+    """
     obstore = _obstore()
     store = open_object_store(url, read_only=False, storage_options=storage_options)
     try:
         info = _read(store.store, obstore)
     except FileNotFoundError:
         return None
+    if not force and _alive_here(info):
+        raise StoreLockedError(f"{url}: the lease is held by {_holder(info)}, a process of this host that is still "
+                               "running; stop it first (or pass --force / force=True)")
     obstore.delete(store.store, LEASE_NAME)
     return _holder(info)

@@ -99,6 +99,35 @@ def test_a_dead_writers_lease_is_reported_and_broken_explicitly(s3_server, capsy
         assert rb.n_episodes == 1
 
 
+def test_unlock_refuses_a_live_writer_of_this_host_unless_forced(s3_server, capsys):
+    url = s3_server.new_url()
+    ReplayBuffer.create_empty("zarr", url).close()
+    code = ("import sys, time; from replaybuf_core import ReplayBuffer\n"
+            "rb = ReplayBuffer(sys.argv[1]); print('ready', flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError, match=r"\(running\)"):
+            ReplayBuffer(url)
+        assert main(["unlock", url]) == 2
+        assert "still running" in capsys.readouterr().err
+        assert main(["unlock", url, "--force"]) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_merge_and_synth_refuse_urls_and_write_nothing_local(s3_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["synth", "circle", "s3://replaybuf-test/syn.zarr", "--episodes", "2"]) == 2
+    src = tmp_path / "a.zarr"
+    with ReplayBuffer.create_empty("zarr", str(src)) as rb:
+        rb.add_episode(_episodes(1)[0])
+    with pytest.raises(ValueError, match="merge destination .* object-storage URL"):
+        ReplayBuffer.merge([src], "s3://replaybuf-test/merged.zarr")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zarr"]
+
+
 def test_a_lost_reply_to_a_successful_lease_put_is_not_a_foreign_writer(s3_server, monkeypatch):
     url = s3_server.new_url()
     ReplayBuffer.create_empty("zarr", url).close()

@@ -217,13 +217,20 @@ def test_damaged_or_stale_stats_are_never_used_and_verify_names_them(tmp_path):
         _check_against_numpy(ro.get_stats(), eps)
 
 
-def test_stats_that_disagree_with_the_data_are_an_error(tmp_path):
+def test_stats_that_disagree_with_the_data_are_an_error_and_recomputed_on_request(tmp_path):
     rb, eps, _ = _filled(tmp_path)
     rb.get_stats()
     rb.store.write("data", "count", 0, np.full(3, 5, dtype=np.int16))  # data changed behind the stats' back
     rb.close()
-    errors = [p for p in verify_store(str(tmp_path / "s.zarr")) if p.level == "error"]
+    path = str(tmp_path / "s.zarr")
+    errors = [p for p in verify_store(path) if p.level == "error"]
     assert len(errors) == 1 and "disagree" in errors[0].message and "'count'" in errors[0].message
+    assert "--recompute --save" in errors[0].message
+    eps[0]["count"] = np.full(3, 5, dtype=np.int16)
+    assert main(["stats", path, "--recompute", "--save", "--json"]) == 0
+    assert [p for p in verify_store(path) if p.level == "error"] == []
+    with ReplayBuffer.create_from_path(path) as ro:
+        _check_against_numpy(ro.get_stats(), eps)
 
 
 def test_an_interrupted_save_costs_a_recomputation_only(tmp_path, monkeypatch):

@@ -22,6 +22,9 @@ def register(sub) -> None:
     p.add_argument("--save", action="store_true",
                    help="open the store writable and save the statistics in it (meta/replaybuf_stats), so "
                         "later calls read only the episodes recorded since; imports save them already")
+    p.add_argument("--recompute", action="store_true",
+                   help="ignore the stored statistics and compute them from the data (with --save: replace "
+                        "them, e.g. after `replaybuf verify` found them disagreeing with the data)")
     p.set_defaults(func=run)
 
 
@@ -39,7 +42,11 @@ def run(args) -> int:
 
     path = os.path.expanduser(args.path)
     with (ReplayBuffer(path) if args.save else ReplayBuffer.create_from_path(path)) as rb:
-        stats = rb.get_stats(args.key)
+        stats = rb.get_stats(args.key, recompute=args.recompute)
+    if args.save:
+        import sys
+
+        print(f"saved the statistics in {path} (meta/replaybuf_stats)", file=sys.stderr)
     if args.json:
         def finite(v):  # strict JSON: NaN / inf (a NaN in the data, an empty store) become null
             return [finite(x) for x in v] if isinstance(v, list) else (v if v is None or np.isfinite(v) else None)

@@ -81,12 +81,17 @@ def test_the_lease_keeps_a_second_writer_out_and_names_the_holder(s3_server, cap
     ReplayBuffer(url).close()  # free again
 
 
-def test_a_dead_writers_lease_is_reported_and_broken_explicitly(s3_server, capsys):
-    url = s3_server.new_url()
+def _writer_process(url):
+    """A child process holding the lease of a new store at ``url`` (opened writable, sleeping)."""
     ReplayBuffer.create_empty("zarr", url).close()
     code = ("import sys, time; from replaybuf_core import ReplayBuffer\n"
             "rb = ReplayBuffer(sys.argv[1]); print('ready', flush=True); time.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    return subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def test_a_dead_writers_lease_is_reported_and_broken_explicitly(s3_server, capsys):
+    url = s3_server.new_url()
+    proc = _writer_process(url)
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -101,10 +106,7 @@ def test_a_dead_writers_lease_is_reported_and_broken_explicitly(s3_server, capsy
 
 def test_unlock_refuses_a_live_writer_of_this_host_unless_forced(s3_server, capsys):
     url = s3_server.new_url()
-    ReplayBuffer.create_empty("zarr", url).close()
-    code = ("import sys, time; from replaybuf_core import ReplayBuffer\n"
-            "rb = ReplayBuffer(sys.argv[1]); print('ready', flush=True); time.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    proc = _writer_process(url)
     try:
         assert proc.stdout.readline().strip() == "ready"
         with pytest.raises(StoreLockedError, match=r"\(running\)"):

@@ -315,8 +315,8 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
     def __repr__(self) -> str:
         tree = getattr(self._store.root, "tree", None)
         if callable(tree):  # zarr's tree, as the seed shows it (needs `rich` on some zarr versions)
-            with warnings.catch_warnings():  # zarr names the writer lock file "not a zarr component"
-                warnings.filterwarnings("ignore", message=".*replaybuf.lock.*")
+            with warnings.catch_warnings():  # zarr calls the writer's lock or lease "not a zarr component"
+                warnings.filterwarnings("ignore", message=r".*\.replaybuf\.(lock|lease)\b.*")
                 try:
                     return str(tree())
                 except ImportError:

@@ -103,9 +103,7 @@ class ZarrS3Harness(ZarrMemoryHarness):
         return buffer.root.store.replaybuf_url
 
     def crash_path(self):
-        # SIGKILL trials against moto's server are opt-in: a killed client once stalled every later
-        # request to the server for 180 s (obstore's retry timeout), which a CI run cannot afford
-        return self.server.new_url() if os.environ.get("REPLAYBUF_S3_KILL_TRIALS") == "1" else None
+        return self.server.new_url()
 
     def reopen(self, buffer):
         return ReplayBuffer(self._path(buffer))  # (this process's writable opens share the lease)
@@ -119,11 +117,7 @@ HARNESSES = {
     "zarr-memory": lambda request: ZarrMemoryHarness(),
     "zarr-local": lambda request: ZarrLocalHarness(request.getfixturevalue("tmp_path")),
 }
-# The whole kit on the local S3 server is opt-in (REPLAYBUF_S3_CONFORMANCE=1): it passes on
-# Python 3.11, but on 3.13 moto's in-process server stopped answering list requests midway through
-# the hypothesis state machine, and obstore's retries then wait up to 180 s per call.
-if os.environ.get("REPLAYBUF_S3_CONFORMANCE") == "1":
-    HARNESSES["zarr-s3"] = lambda request: ZarrS3Harness(request.getfixturevalue("s3_server"))
+HARNESSES["zarr-s3"] = lambda request: ZarrS3Harness(request.getfixturevalue("s3_server"))
 
 
 @pytest.fixture(params=list(HARNESSES))
@@ -155,17 +149,38 @@ class S3Server:
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")).read()
 
 
+def start_s3_server_process(env: dict | None = None):
+    """``(process, endpoint)``: moto's S3 server started in its own process (tests/s3_server_process.py)
+    with ``env`` added to its environment; it serves until its stdin is closed."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "s3_server_process.py")
+    proc = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise RuntimeError(f"moto's S3 server did not start (said {line!r})")
+    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
+
+
+def stop_s3_server_process(proc) -> None:
+    import subprocess
+
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @pytest.fixture(scope="session")
 def s3_server():
-    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("moto.server")
     pytest.importorskip("obstore")
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log lines
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+    proc, endpoint = start_s3_server_process()
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -185,4 +200,4 @@ def s3_server():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        server.stop()
+        stop_s3_server_process(proc)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
+from ..locations import is_object_url, local_path
 from ..sharding import validate_image_frames_per_shard
 
 
@@ -75,13 +76,16 @@ def check_settings(lossy_quality: Any, image_frames_per_shard: Any) -> tuple[int
 
 
 def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: str = "zarr",
-                      overwrite: bool = False) -> tuple[Path, Path]:
-    """``(source path, destination path)``, resolved, once ``dst`` is known to be a place an import
-    may write (callers check it before opening a source).
+                      overwrite: bool = False, storage_options: dict | None = None) -> tuple[Path, Path | str]:
+    """``(source path, destination)``, once ``dst`` is known to be a place an import may write
+    (callers check it before opening a source).  The destination is a resolved local path, or the
+    URL itself for object storage (``s3://``, ``gs://``, ``az://``: see :func:`check_url_destination`).
 
     Raises:
-        ValueError: ``dst`` is a URL, the source, or inside the source.
-        FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a ``backend`` store.
+        ValueError: ``dst`` is a URL of an unknown scheme, the source, or inside the source.
+        FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a ``backend`` store;
+            a URL that holds a store already.
+        OSError: a URL whose bucket is missing or whose endpoint does not answer (named).
         BackendNotFoundError: no backend called ``backend``.
     """
     from ..protocol import CAP_PERSISTENT
@@ -92,9 +96,12 @@ def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: s
                          "(use --backend zarr or a file backend such as hdf5)")
     if not os.fspath(dst).strip():
         raise ValueError("the destination is an empty path")
-    if "://" in os.fspath(dst):
-        raise ValueError(f"{os.fspath(dst)} is a URL; imports write local paths only (import to a local path, "
-                         "then ReplayBuffer.create_from_path(PATH).save_to_path(URL) copies it to object storage)")
+    if is_object_url(dst):
+        return Path(os.path.expanduser(os.fspath(src))).resolve(), check_url_destination(
+            entry, os.fspath(dst), overwrite, storage_options)
+    local_path(dst, "the destination")  # refuses a URL of an unknown scheme by name
+    if storage_options:
+        raise ValueError(f"storage_options are for object-storage URLs (s3://, gs://, az://), not {os.fspath(dst)!r}")
     src_path = Path(os.path.expanduser(os.fspath(src))).resolve()
     dst_path = Path(os.path.expanduser(os.fspath(dst))).resolve()
     if dst_path == src_path or src_path in dst_path.parents:
@@ -111,6 +118,32 @@ def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: s
         if not _is_store(entry, dst_path):
             raise FileExistsError(f"{dst_path} already exists and is not a {backend} store; refusing to replace it")
     return src_path, dst_path
+
+
+def check_url_destination(entry: Any, url: str, overwrite: bool, storage_options: dict | None = None) -> str:
+    """``url`` (without a trailing ``/``) once it is known to hold no store, for an import straight
+    into object storage.  Object stores have no rename, so an existing store cannot be replaced by
+    building beside it and swapping: ``overwrite`` is refused for URLs, and the caller deletes an old
+    store itself.  A prefix holding objects that are not a zarr store is refused when the store is
+    created, before anything is written.
+
+    Raises:
+        FileExistsError: ``url`` holds a store (with or without ``overwrite``).
+        OSError: the bucket is missing, the credentials are refused or the endpoint does not answer.
+        ValueError: ``backend`` cannot open object storage.
+    """
+    url = url.rstrip("/")
+    try:
+        probe = entry.open(url, read_only=True, storage_options=storage_options)
+    except FileNotFoundError:
+        return url
+    except TypeError as exc:  # a backend whose open takes no storage_options: not an object-store one
+        raise ValueError(f"{url}: the {entry.name} backend does not open object storage (use --backend zarr)") from exc
+    probe.close()
+    how = ("object stores have no rename, so an import cannot build beside the old store and swap it in; "
+           "delete the old store first (e.g. `aws s3 rm --recursive URL`) or import to another prefix")
+    raise FileExistsError(f"{url} already holds a store; " + ("overwrite (--overwrite) cannot replace it there: "
+                                                              if overwrite else "") + how)
 
 
 def _is_store(entry: Any, path: Path) -> bool:

@@ -39,12 +39,12 @@ from ..buffer import ReplayBuffer
 from ..codec_names import describe_codec
 from ..interrupts import deferred_sigint
 from ..prefetch import prefetch
-from ..replace import build_beside
 from .arguments import check_destination, check_settings, parse_episodes
 from .check import Checker, psnr_db, same_bits
+from .destination import building
 from .plan import KeyPlan, native, plan_key
 from .report import ImportReport, KeyReport
-from .source import Source, _disk_bytes
+from .source import Source
 from .uint8_exact import as_uint8_if_lossless, first_bad_value
 
 logger = logging.getLogger(__name__)
@@ -120,12 +120,14 @@ def import_source(
     progress: bool = True,
     overwrite: bool = False,
     drop_empty_episodes: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> ImportReport:
     """Import ``source`` into a new store at ``dst`` (see the module docstring for what it holds).
 
     Args:
         source: an opened source (``registry.get_format(name).open(path)``); not closed here.
-        dst: the path to create (``~`` expanded).
+        dst: the path to create (``~`` expanded), or an object-storage URL (``s3://bucket/prefix``;
+            see "Object storage" below).
         backend: the destination backend's name (default ``"zarr"``; ``replaybuf backends`` lists them).
         episodes: the source episodes to import (see :func:`parse_episodes`); None: all.
         skip_keys: source keys to leave out (named in the report and the attributes).
@@ -139,6 +141,8 @@ def import_source(
         overwrite: replace an existing store of ``backend`` at ``dst`` (never anything else).
         drop_empty_episodes: leave out zero-length source episodes (recorded in the attributes and
             the report); without it such a source is refused before anything is written.
+        storage_options: for a URL ``dst``: obstore's options (credentials, endpoint, region);
+            without them the usual ``AWS_*`` (etc.) environment variables apply.
 
     Returns:
         An :class:`ImportReport`; check ``report.ok`` (verification problems do not raise).
@@ -158,11 +162,19 @@ def import_source(
     (``StoreLockedError`` when another process records into it, before anything is written).  If
     the import fails midway, what was built is removed, ``dst`` is left as it was, and the error
     re-raised.  A destination that fails verification does not replace an existing ``dst``.
+
+    Object storage: object stores have no rename, so a URL destination is written in place: it must
+    hold no store (``FileExistsError`` otherwise, ``overwrite`` included), its writer lease is held
+    throughout, and the episodes commit as they stream (data objects first, then
+    ``meta/episode_ends``).  An import that fails or is killed midway leaves a store of the episodes
+    committed so far, whose ``data`` attribute ``import["complete"]`` is false (it turns true once
+    the import is verified); delete it before importing there again.
     """
     t0 = time.perf_counter()
     lossy_quality, fps = check_settings(lossy_quality, image_frames_per_shard)
     entry = registry.get_backend(backend)
-    src_path, dst_path = check_destination(source.path, dst, backend, overwrite)
+    src_path, dst_path = check_destination(source.path, dst, backend, overwrite, storage_options)
+    options = {"storage_options": storage_options} if storage_options else {}
     skip = list(dict.fromkeys(skip_keys))
     unknown = [k for k in skip if k not in source.keys]
     if unknown:
@@ -219,13 +231,13 @@ def import_source(
         del first
     settings = dict(keep_dtype=bool(keep_dtype), lossy_quality=lossy_quality, frames_per_shard=fps,
                     max_rows=max_rows)
-    with build_beside(dst_path) as beside:
+    with building(dst_path, options) as beside:
         while True:
             try:
                 plans, checker, bounds = _import_once(source, entry, beside.path, keys, indices, n_steps, kept,
                                                       settings, progress, bool(restarts), _provenance(
                                                           source, src_path, skip, empty, chosen, settings,
-                                                          unavailable))
+                                                          unavailable), options)
                 break
             except _NotLossless as exc:
                 dtype = source.keys[exc.key].dtype
@@ -234,16 +246,17 @@ def import_source(
                 logger.warning("%s", msg)
                 restarts.append(msg)
                 kept[exc.key] = f"kept as {dtype}: {exc.reason} (episode {exc.episode}, row {exc.row})"
-        report = _verify(source, entry, src_path, beside.path, plans, checker, indices, backend)
+        report = _verify(source, entry, src_path, beside.path, plans, checker, indices, backend, options)
         report.dst = os.fspath(dst_path)
-        report.stored_bytes = _disk_bytes(os.fspath(beside.path))
-        if not report.ok and dst_path.exists():
+        report.stored_bytes = beside.stored_bytes()
+        if not report.ok and beside.replaces:
             beside.swap = False  # keep the store that was there; the report says why
             report.problems.append(f"{dst_path} was left as it was: the new import failed verification")
         elif report.ok:
-            with ReplayBuffer(os.fspath(beside.path), backend=backend) as rb:
+            with ReplayBuffer(os.fspath(beside.path), backend=backend, **options) as rb:
                 _no_cache(rb.store)
                 rb.get_stats()  # stored with the store (meta/replaybuf_stats), kept up to date from here on
+                rb.store.set_attrs("data", {"import": {**rb.store.get_attrs("data")["import"], "complete": True}})
     report.format = source.format_name
     report.restarts = restarts
     report.dropped_empty_episodes = empty
@@ -263,7 +276,8 @@ def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int
     return {"format": source.format_name, "source": os.fspath(src_path),
             "lossy_quality": settings["lossy_quality"], "keep_dtype": settings["keep_dtype"],
             "episodes": sel, "skipped_keys": skip, "dropped_empty_episodes": list(empty),
-            "skipped_episodes": list(source.skipped) + unavailable, "notes": list(source.notes)}
+            "skipped_episodes": list(source.skipped) + unavailable, "notes": list(source.notes),
+            "complete": False}
 
 
 def _image_frames_per_shard(spec_shape: tuple[int, ...], requested: int | None) -> int | None:
@@ -275,13 +289,13 @@ def _image_frames_per_shard(spec_shape: tuple[int, ...], requested: int | None) 
 
 def _import_once(source: Source, entry: Any, path: Path, keys: list[str], indices: list[int], n_steps: int,
                  kept: dict[str, str], settings: dict, progress: bool, replace: bool,
-                 provenance: dict[str, Any]) -> tuple[dict[str, KeyPlan], Checker, list]:
+                 provenance: dict[str, Any], options: dict) -> tuple[dict[str, KeyPlan], Checker, list]:
     # Setting up is not cut by Ctrl-C / SIGTERM: an interrupted zarr call would go on writing in
     # zarr's event-loop thread after the build beside the destination was removed.
     rb = None
     try:
         with deferred_sigint():  # a signal held meanwhile is raised at its end, inside this try
-            dst = entry.create(os.fspath(path), if_exists="replace" if replace else "raise")
+            dst = entry.create(os.fspath(path), if_exists="replace" if replace else "raise", **options)
             try:
                 rb, plans = _set_up(source, dst, keys, indices, n_steps, kept, settings, provenance)
             except BaseException:
@@ -359,6 +373,8 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
     if settings["lossy_quality"] is not None and getattr(dst, "image_codec", None) is None:
         raise ValueError(f"lossy_quality: this backend ({type(dst).__name__}) has no lossy image codec and stores "
                          "frames exactly; lossy WebP is the zarr backend's")
+    # first: a store built in place (object storage) reads as an empty buffer from here on
+    ReplayBuffer._ensure_episode_ends(dst)
     plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["lossy_quality"],
                          _image_frames_per_shard(source.keys[k].shape, settings["frames_per_shard"]), kept)
              for k in keys}
@@ -367,7 +383,6 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
                          codec=p.codec, shards=p.shards, fill_value=None if p.dtype == object else 0)
     for name, values in _meta_arrays(source, indices).items():
         _write_meta(dst, name, values)
-    ReplayBuffer._ensure_episode_ends(dst)
     conversions = {
         p.key: {"source_dtype": str(p.src_dtype) if p.src_dtype.isnative else p.src_dtype.str,
                 "converted_to": str(p.dtype), "codec": describe_codec(p.codec)}
@@ -436,11 +451,11 @@ def _write_meta(dst: Any, name: str, values: np.ndarray) -> None:
 
 
 def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: dict[str, KeyPlan],
-            checker: Checker, indices: list[int], backend: str) -> ImportReport:
+            checker: Checker, indices: list[int], backend: str, options: dict) -> ImportReport:
     """Re-open the destination read-only, check its structure and meta against the source, and
     collect the per-row data checks made while importing."""
     problems: list[str] = []
-    dst_rb = ReplayBuffer.create_from_path(dst_path, backend=backend)
+    dst_rb = ReplayBuffer.create_from_path(dst_path, backend=backend, **options)
     try:
         dst = dst_rb.store
         _no_cache(dst)

@@ -111,6 +111,13 @@ class DiffusionPolicySource(Source):
         start, stop = self._bounds(index)
         return {k: self._store.read("data", k, start, stop) for k in (keys or self.keys)}
 
+    def read_rows(self, index: int, keys: list[str], start: int, stop: int) -> dict[str, np.ndarray]:
+        first, last = self._bounds(index)
+        if not 0 <= start <= stop <= last - first:
+            raise IndexError(f"rows [{start}, {stop}) out of range: episode {index} of {self.path} has "
+                             f"{last - first} steps")
+        return {k: self._store.read("data", k, first + start, first + stop) for k in keys}
+
     def iter_episodes(self, indices, keys, max_rows) -> Iterator[tuple[int, Iterator[dict[str, np.ndarray]]]]:
         """In increasing order, every source chunk is decoded once (one reader per key)."""
         if list(indices) != sorted(indices):

@@ -42,6 +42,7 @@ from ..prefetch import prefetch
 from .arguments import check_destination, check_settings, parse_episodes
 from .check import Checker, psnr_db, same_bits
 from .destination import building
+from .distributed import NotLossless, stream_on_cluster
 from .plan import KeyPlan, native, plan_key
 from .report import ImportReport, KeyReport
 from .source import Source
@@ -101,6 +102,8 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, format: str |
     """
     entry = registry.get_format(format) if format is not None else registry.guess_format(src)
     source = entry.open(src, **(format_options or {}))
+    source.open_args = (entry.name, os.path.abspath(os.path.expanduser(os.fspath(src))),  # for workers (client=)
+                        dict(format_options or {}))
     try:
         return import_source(source, dst, **kwargs)
     finally:
@@ -121,6 +124,7 @@ def import_source(
     overwrite: bool = False,
     drop_empty_episodes: bool = False,
     storage_options: dict[str, Any] | None = None,
+    client: Any = None,
 ) -> ImportReport:
     """Import ``source`` into a new store at ``dst`` (see the module docstring for what it holds).
 
@@ -143,6 +147,10 @@ def import_source(
             the report); without it such a source is refused before anything is written.
         storage_options: for a URL ``dst``: obstore's options (credentials, endpoint, region);
             without them the usual ``AWS_*`` (etc.) environment variables apply.
+        client: a ``distributed.Client``: write the destination on its cluster, one task per
+            shard-aligned span (:mod:`~replaybuf_core.importing.distributed`); the result is the
+            serial import's, bit for bit.  Needs a source opened by :func:`import_dataset` (its
+            workers open it again) and a destination every worker reaches at the same path or URL.
 
     Returns:
         An :class:`ImportReport`; check ``report.ok`` (verification problems do not raise).
@@ -172,6 +180,9 @@ def import_source(
     """
     t0 = time.perf_counter()
     lossy_quality, fps = check_settings(lossy_quality, image_frames_per_shard)
+    if client is not None and getattr(source, "open_args", None) is None:
+        raise ValueError("an import on a Dask cluster needs a source its workers can open again: use "
+                         "import_dataset(src, dst, format, client=...)")
     entry = registry.get_backend(backend)
     src_path, dst_path = check_destination(source.path, dst, backend, overwrite, storage_options)
     options = {"storage_options": storage_options} if storage_options else {}
@@ -230,7 +241,7 @@ def import_source(
                              f"{first_bad_value(first[key][row])!r}, not an integer in 0..255")
         del first
     settings = dict(keep_dtype=bool(keep_dtype), lossy_quality=lossy_quality, frames_per_shard=fps,
-                    max_rows=max_rows)
+                    max_rows=max_rows, client=client, backend=backend, storage_options=storage_options)
     with building(dst_path, options) as beside:
         while True:
             try:
@@ -239,7 +250,7 @@ def import_source(
                                                           source, src_path, skip, empty, chosen, settings,
                                                           unavailable), options)
                 break
-            except _NotLossless as exc:
+            except (_NotLossless, NotLossless) as exc:
                 dtype = source.keys[exc.key].dtype
                 msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
                        f"{exc.key!r} kept as {dtype}")
@@ -301,7 +312,12 @@ def _import_once(source: Source, entry: Any, path: Path, keys: list[str], indice
             except BaseException:
                 dst.close()
                 raise
-        return _stream(source, rb, plans, keys, indices, n_steps, settings, progress)
+        if settings["client"] is None:
+            return _stream(source, rb, plans, keys, indices, n_steps, settings, progress)
+        checker, bounds = stream_on_cluster(settings["client"], source, rb, plans, indices, n_steps, source.open_args,
+                                            os.fspath(path), settings["backend"], settings["storage_options"],
+                                            progress)
+        return plans, checker, bounds
     finally:
         if rb is not None:
             rb.close()  # releases the destination's writer lock and its open files

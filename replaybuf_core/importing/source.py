@@ -111,6 +111,22 @@ class Source:
         for start in range(0, n, max(1, int(max_rows))):
             yield {k: v[start:start + max_rows] for k, v in episode.items()}
 
+    def read_rows(self, index: int, keys: list[str], start: int, stop: int) -> dict[str, np.ndarray]:
+        """Steps ``[start, stop)`` of episode ``index`` (``0 <= start <= stop <= its length``), as
+        :meth:`read_episode` gives them; a distributed import reads the rows of one span this way.
+        The default slices :meth:`iter_parts`; a format with random access to rows overrides it."""
+        out: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+        row = 0
+        for part in self.iter_parts(index, keys, max(1, stop - start)):
+            n = len(part[keys[0]]) if keys else 0
+            if row + n > start and row < stop:
+                for k in keys:
+                    out[k].append(part[k][max(0, start - row): stop - row])
+            row += n
+            if row >= stop:
+                break
+        return {k: np.concatenate(v) if len(v) != 1 else v[0] for k, v in out.items() if v}
+
     def iter_episodes(self, indices: list[int], keys: list[str], max_rows: int
                       ) -> Iterator[tuple[int, Iterator[dict[str, np.ndarray]]]]:
         """``(index, parts)`` for each of ``indices`` in order (the import streams them this way).

@@ -1,0 +1,279 @@
+"""The import on a Dask cluster: one task per shard-aligned span of rows of one key.
+
+The plan (issue "Beyond one machine"):
+
+1. **Sizes first.**  The client knows every chosen episode's length, hence the global rows of each
+   (``meta/episode_ends`` to be), and creates the destination's arrays at their final length, as the
+   serial import does (:func:`~replaybuf_core.importing.pipeline._set_up`: same chunks, codecs,
+   shards and attributes).
+2. **Spans.**  Each key's rows are cut into spans of whole stored objects (its shard, else its chunk,
+   along axis 0) of about :data:`SPAN_BYTES` of source values, so no two tasks ever write the same
+   object.  A task reads the rows of its span from the source (random access:
+   :meth:`~replaybuf_core.importing.source.Source.read_rows`, episode by episode), converts them as
+   the serial import does (float frames proven uint8, native byte order), writes them with one
+   ``write`` and reads them back to check them (bit for bit; lossy keys by squared error).
+3. **The commit** is the client's alone: as spans complete, the episodes whose rows are all written
+   in every key are appended to ``meta/episode_ends`` (at most every :data:`COMMIT_INTERVAL`
+   seconds), so a long import exposes committed prefixes as it goes and a store whose client died
+   opens with its committed prefix only.
+
+Tasks are idempotent: a retried task (its worker was killed; the scheduler runs it again elsewhere)
+writes the same objects with the same bytes.  A task that fails (a source episode that cannot be
+read) fails the import with its error, which names the episode; the tasks not yet started are told
+to stop (a ``distributed.Event``) and the running ones are waited for before the build is removed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import registry
+from .check import Checker, psnr_db, same_bits
+from .plan import KeyPlan
+from .uint8_exact import as_uint8_if_lossless, first_bad_value
+
+__all__ = ["SpanJob", "plan_spans", "write_span", "stream_on_cluster", "SPAN_BYTES"]
+
+#: Source bytes of one task's span (at least one stored object of its key).
+SPAN_BYTES = 32 * 2**20
+#: Seconds between commits of ``meta/episode_ends`` while spans complete.
+COMMIT_INTERVAL = 0.25
+
+_worker_cache: dict[str, Any] = {}  # in each worker process: the open source and destination
+
+
+@dataclass
+class SpanJob:
+    """One task: rows ``[start, stop)`` of ``key``; ``episodes`` lists ``(destination episode,
+    source index, first row of the episode)`` of every episode overlapping the span."""
+
+    import_id: str
+    open_args: tuple[str, str, dict]  # (format name, source path, format options)
+    dst: str
+    backend: str
+    storage_options: dict | None
+    key: str
+    start: int
+    stop: int
+    episodes: list[tuple[int, int, int, int]]  # (dst episode, source index, first row, length)
+    convert: bool
+    dtype: str
+    lossy: bool
+    abort: str | None = None
+
+
+@dataclass
+class SpanResult:
+    key: str
+    start: int
+    stop: int
+    problems: list[str] = field(default_factory=list)
+    first_bad: int | None = None
+    episode_sse: dict[int, tuple[float, int]] = field(default_factory=dict)
+    not_lossless: tuple[str, int, int, str] | None = None
+    aborted: bool = False
+
+
+def plan_spans(plans: dict[str, KeyPlan], n_steps: int, span_bytes: int = SPAN_BYTES) -> list[tuple[str, int, int]]:
+    """``(key, start, stop)`` of every task: each key's rows cut at multiples of its stored object's
+    rows (shard, else chunk, along axis 0), about ``span_bytes`` of source values a span, in row
+    order across keys (so that the committed prefix grows from the start)."""
+    spans = []
+    for key, p in plans.items():
+        obj = int(p.shards[0]) if p.shards else int(p.chunks[0])
+        row_bytes = max(1, int(np.prod(p.shape[1:], dtype=np.int64)) * np.dtype(p.src_dtype).itemsize)
+        rows = max(1, span_bytes // (obj * row_bytes)) * obj
+        spans.extend((key, a, min(n_steps, a + rows)) for a in range(0, n_steps, rows))
+    spans.sort(key=lambda s: (s[1], s[0]))
+    return spans
+
+
+def _cached(name: str, make):
+    value = _worker_cache.get(name)
+    if value is None:
+        value = _worker_cache[name] = make()
+    return value
+
+
+def _open_destination(job: SpanJob):
+    # one import at a time per worker: a new import id closes what the previous one opened
+    for name in [n for n in _worker_cache if n.startswith("dst:") and n != f"dst:{job.import_id}"]:
+        _worker_cache.pop(name).close()
+    options = {"storage_options": job.storage_options} if job.storage_options else {}
+    return _cached(f"dst:{job.import_id}",
+                   lambda: registry.get_backend(job.backend).open(job.dst, read_only=False, **options))
+
+
+def _open_source(job: SpanJob):
+    fmt, path, options = job.open_args
+    name = f"src:{fmt}:{path}:{sorted(options.items())!r}"
+    return _cached(name, lambda: registry.get_format(fmt).open(path, **options))
+
+
+def _aborted(job: SpanJob) -> bool:
+    if job.abort is None:
+        return False
+    from ..cluster import distributed_module
+
+    return distributed_module().Event(job.abort).is_set()
+
+
+def write_span(job: SpanJob) -> SpanResult:
+    """Run one task on a worker (see the module docstring): read, convert, write, read back, compare.
+
+    Raises what the source raises for an unreadable episode (named by the format), and ValueError
+    for an episode that gives fewer rows than its length.
+    """
+    result = SpanResult(job.key, job.start, job.stop)
+    if _aborted(job):
+        result.aborted = True
+        return result
+    source, dst = _open_source(job), _open_destination(job)
+    dtype = np.dtype(job.dtype)
+    pieces: list[tuple[int, np.ndarray]] = []
+    for ep, src_index, first, length in job.episodes:
+        lo, hi = max(job.start, first) - first, min(job.stop, first + length) - first
+        try:
+            x = source.read_rows(src_index, [job.key], lo, hi).get(job.key)
+        except Exception as exc:  # named here: the client sees only this task's error
+            raise ValueError(f"{source.format_name} source {source.path}: episode {src_index}: cannot read rows "
+                             f"[{lo}, {hi}) of {job.key!r}: {type(exc).__name__}: {exc}") from exc
+        if x is None or len(x) != hi - lo:
+            raise ValueError(f"{source.format_name} source {source.path}: episode {src_index}: rows [{lo}, {hi}) of "
+                             f"{job.key!r} gave {0 if x is None else len(x)} rows")
+        if job.convert:
+            u, bad = as_uint8_if_lossless(x)
+            if u is None:
+                result.not_lossless = (job.key, src_index, lo + bad,
+                                       f"holds {first_bad_value(x[bad])!r}, not an integer in 0..255")
+                return result
+            x = u
+        elif x.dtype != dtype:
+            x = x.astype(dtype)  # the same values in native byte order
+        pieces.append((ep, x))
+    values = np.concatenate([x for _, x in pieces]) if len(pieces) > 1 else pieces[0][1]
+    dst.write("data", job.key, job.start, values)
+    dst.flush()
+    stored = dst.read("data", job.key, job.start, job.stop)
+    row = 0
+    for ep, x in pieces:
+        y = stored[row: row + len(x)]
+        if job.lossy:
+            e = float(np.sum((y.astype(np.float64) - x.astype(np.float64)) ** 2))
+            result.episode_sse[ep] = (e, int(y.size))
+        elif result.first_bad is None and not same_bits(x, y):
+            result.first_bad = ep
+            result.problems.append(f"data/{job.key}: episode {ep}: rows [{job.start + row}, "
+                                   f"{job.start + row + len(x)}) differ from the source")
+        row += len(x)
+    return result
+
+
+class NotLossless(Exception):
+    """A task found a value that keeps a key from its uint8 conversion: ``(key, episode, row, reason)``."""
+
+    def __init__(self, key: str, episode: int, row: int, reason: str):
+        super().__init__(f"data/{key}: episode {episode}, row {row}: {reason}")
+        self.key, self.episode, self.row, self.reason = key, episode, row, reason
+
+
+def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPlan], indices: list[int],
+                      n_steps: int, open_args: tuple[str, str, dict], dst: str, backend: str,
+                      storage_options: dict | None, progress: bool) -> tuple[Checker, list]:
+    """Write every span on ``client``'s cluster and commit the episodes as their rows complete.
+
+    Returns the import's :class:`Checker` (filled from the tasks' checks) and the episodes' bounds
+    ``(episode, start, stop)``.
+
+    Raises:
+        NotLossless: a converted key holds a value that is not an integer in 0..255 (the caller
+            restarts with the key kept, as the serial import does).
+        what a task raised (a source episode that cannot be read, named), after the other tasks
+        were stopped.
+    """
+    from ..cluster import distributed_module
+
+    distributed = distributed_module()
+    lengths = np.asarray(source.episode_lengths, dtype=np.int64)[indices]
+    ends = np.cumsum(lengths)
+    firsts = ends - lengths
+    bounds = [(ep, int(firsts[ep]), int(ends[ep])) for ep in range(len(indices))]
+    import_id = uuid.uuid4().hex
+    abort = f"replaybuf-import-abort-{import_id}"
+    jobs = []
+    for key, a, b in plan_spans(plans, n_steps):
+        lo = int(np.searchsorted(ends, a, side="right"))
+        hi = int(np.searchsorted(firsts, b, side="left"))
+        eps = [(ep, int(indices[ep]), int(firsts[ep]), int(lengths[ep])) for ep in range(lo, hi)]
+        p = plans[key]
+        jobs.append(SpanJob(import_id, open_args, dst, backend, storage_options, key, a, b, eps, p.converted,
+                            p.dtype.str, p.lossy, abort))
+    futures = [client.submit(write_span, job, key=f"replaybuf-span-{job.key}-{job.start}-{import_id}", pure=False)
+               for job in jobs]
+    checker = Checker(rb.store, plans)
+    checker.whole, checker.pending = {}, {}  # the tasks check every row
+    done: dict[str, list[tuple[int, int]]] = {k: [] for k in plans}
+    committed, last_commit = 0, 0.0
+    episode_sse: dict[str, dict[int, list]] = {k: {} for k, p in plans.items() if p.lossy}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps, unit="step", desc=f"importing on {len(client.scheduler_info()['workers'])} workers")
+    try:
+        for fut in distributed.as_completed(futures):
+            r: SpanResult = fut.result()  # a task's error is raised here
+            if r.not_lossless is not None:
+                raise NotLossless(*r.not_lossless)
+            checker.problems.extend(r.problems)
+            if r.first_bad is not None and r.key not in checker.first_bad:
+                checker.first_bad[r.key] = r.first_bad
+            for ep, (e, n) in r.episode_sse.items():
+                acc = episode_sse[r.key].setdefault(ep, [0.0, 0])
+                acc[0] += e
+                acc[1] += n
+            done[r.key].append((r.start, r.stop))
+            row = min(_prefix(spans) for spans in done.values())
+            k = int(np.searchsorted(ends, row, side="right"))
+            now = time.monotonic()
+            if k > committed and (now - last_commit >= COMMIT_INTERVAL or k == len(ends)):
+                rb._commit_episode_ends(ends[committed:k])
+                if bar is not None:
+                    bar.update(int(ends[k - 1]) - (int(ends[committed - 1]) if committed else 0))
+                committed, last_commit = k, now
+    except BaseException:
+        _stop(client, distributed, futures, abort)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    for key, per_episode in episode_sse.items():
+        checker.sse[key] = sum(e for e, _ in per_episode.values())
+        checker.worst[key] = min((psnr_db(e, n) for e, n in per_episode.values()), default=float("inf"))
+    return checker, bounds
+
+
+def _prefix(spans: list[tuple[int, int]]) -> int:
+    """The end of the contiguous run of ``spans`` from row 0."""
+    spans.sort()
+    row = 0
+    for a, b in spans:
+        if a > row:
+            break
+        row = max(row, b)
+    return row
+
+
+def _stop(client: Any, distributed: Any, futures: list, abort: str) -> None:
+    """Tell the tasks not yet started to stop, and wait for the running ones (they write into the
+    build, which the caller removes next)."""
+    try:
+        distributed.Event(abort, client=client).set()
+        distributed.wait(futures, timeout=120)
+    except Exception:  # noqa: BLE001 - best effort: the original error is what the caller raises
+        pass

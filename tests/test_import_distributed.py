@@ -1,0 +1,145 @@
+"""Imports on a Dask cluster (``import_dataset(..., client=)``, ``replaybuf import --workers N`` /
+``--scheduler ADDRESS``): a local cluster of two worker processes for the module.
+
+What is checked, and against what: every object the distributed import writes has the bytes the
+serial import writes (its directory read file by file); a worker SIGKILLed mid-run changes nothing
+of that; a source episode that cannot be read fails the import naming it, with nothing left; the
+spans of the plan tile every key's rows in whole stored objects (a hypothesis model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replaybuf_core import ReplayBuffer
+from replaybuf_core.cli import main
+from replaybuf_core.importing import import_dataset
+from replaybuf_core.importing.distributed import plan_spans
+from replaybuf_core.importing.plan import KeyPlan
+from shared_data import PUSHT, requires_pusht
+
+pytest.importorskip("distributed")
+EPISODES = "0:30"  # 3,700 steps of Push-T: 15 frame shards, so both workers write several
+
+
+@pytest.fixture(scope="module")
+def client():
+    from replaybuf_core.cluster import cluster_client
+
+    with cluster_client(workers=2) as c:
+        yield c
+
+
+def _files(root):
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            if not f.startswith(".replaybuf"):
+                full = os.path.join(d, f)
+                out[os.path.relpath(full, root)] = hashlib.sha256(open(full, "rb").read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    if not PUSHT.is_dir():
+        pytest.skip("Push-T not found")
+    dst = tmp_path_factory.mktemp("serial") / "pusht.zarr"
+    assert import_dataset(PUSHT, dst, "diffusion-policy", episodes=EPISODES, progress=False).ok
+    return _files(dst)
+
+
+@requires_pusht
+def test_the_distributed_import_is_the_serial_one_bit_for_bit(client, serial, tmp_path):
+    dst = tmp_path / "pusht.zarr"
+    report = import_dataset(PUSHT, dst, "diffusion-policy", episodes=EPISODES, progress=False, client=client)
+    assert report.ok, report.problems
+    got = _files(dst)
+    assert sorted(got) == sorted(serial)
+    assert [p for p in got if got[p] != serial[p]] == []
+    assert not [p for p in os.listdir(tmp_path) if p != "pusht.zarr"]  # no build left beside it
+
+
+@requires_pusht
+def test_a_worker_killed_mid_import_changes_nothing(client, serial, tmp_path):
+    pids = list(client.run(os.getpid).values())
+    dst = tmp_path / "pusht.zarr"
+
+    def kill_one():
+        time.sleep(1.0)
+        os.kill(pids[0], signal.SIGKILL)  # its nanny starts a new worker; the scheduler reruns its task
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    try:
+        report = import_dataset(PUSHT, dst, "diffusion-policy", episodes=EPISODES, progress=False, client=client)
+    finally:
+        killer.join()
+    assert report.ok, report.problems
+    got = _files(dst)
+    assert [p for p in serial if got.get(p) != serial[p]] == []
+    assert pids[0] not in client.run(os.getpid).values()  # the worker really was replaced
+
+
+@requires_pusht
+def test_the_cli_on_a_running_scheduler(client, serial, tmp_path, capsys):
+    dst = tmp_path / "pusht.zarr"
+    assert main(["import", "diffusion-policy", str(PUSHT), str(dst), "--episodes", EPISODES, "--no-progress",
+                 "--scheduler", client.scheduler.address]) == 0
+    assert "verification: OK" in capsys.readouterr().out
+    assert _files(dst) == serial
+    assert main(["import", str(PUSHT), str(tmp_path / "x.zarr"), "--workers", "0"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err
+    assert main(["import", str(PUSHT), str(tmp_path / "x.zarr"), "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in capsys.readouterr().err
+    assert not (tmp_path / "x.zarr").exists()
+
+
+def test_an_unreadable_source_episode_fails_the_import_by_name(client, tmp_path):
+    src = tmp_path / "src.zarr"
+    rng = np.random.default_rng(0)
+    with ReplayBuffer.create_empty("zarr", str(src)) as rb:
+        rb.store.create_array("data", "obs", shape=(0, 3), dtype=np.float32, chunks=(10, 3), codec=None)
+        for _ in range(6):
+            rb.add_episode({"obs": rng.standard_normal((10, 3)).astype(np.float32)})
+    chunk = src / "data" / "obs" / "c" / "3" / "0"  # rows 30..39: episode 3
+    assert chunk.is_file()
+    chunk.write_bytes(b"not a chunk")
+    dst = tmp_path / "dst.zarr"
+    with pytest.raises(ValueError, match="episode 3") as exc:
+        import_dataset(src, dst, "diffusion-policy", progress=False, client=client)
+    assert str(src) in str(exc.value) and "'obs'" in str(exc.value)
+    assert sorted(os.listdir(tmp_path)) == ["src.zarr"]  # nothing built is left
+
+
+def _plan(rows_per_object, sharded, shape, n):
+    chunks = (1,) + shape if sharded else (rows_per_object,) + shape
+    shards = (rows_per_object,) + shape if sharded else None
+    return KeyPlan("k", None, (n,) + shape, np.dtype(np.float32), np.dtype(np.float32), chunks, shards, None,
+                   sharded, False, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 300), st.booleans(), st.integers(1, 64)), min_size=1, max_size=4),
+       st.integers(0, 5000), st.integers(1, 2**20))
+def test_spans_tile_each_key_in_whole_stored_objects(keys, n, span_bytes):
+    plans = {f"k{i}": _plan(rows, sharded, (width,), n) for i, (rows, sharded, width) in enumerate(keys)}
+    spans = plan_spans(plans, n, span_bytes)
+    assert [s[1] for s in spans] == sorted(s[1] for s in spans)  # in row order
+    for key, (rows, _, _) in zip(plans, keys):
+        mine = sorted((a, b) for k, a, b in spans if k == key)
+        row = 0
+        for a, b in mine:  # contiguous, no overlap, from 0 to n
+            assert a == row and b > a
+            assert a % rows == 0 and (b % rows == 0 or b == n)  # cut only at object boundaries
+            row = b
+        assert row == n

@@ -88,7 +88,11 @@ class ZarrLocalHarness(ZarrMemoryHarness):
 
 
 class ZarrS3Harness(ZarrMemoryHarness):
-    """zarr v3 on object storage: ``s3://`` URLs on the session's local S3 server (moto)."""
+    """zarr v3 on object storage: ``s3://`` URLs on the session's local S3 server (moto).  Every call
+    is a few HTTP requests, so its kill trials and state machine run fewer rounds (CI's time)."""
+
+    crash_trials = 1
+    state_machine_examples = 10
 
     def __init__(self, server):
         self.server = server

@@ -143,3 +143,48 @@ def test_spans_tile_each_key_in_whole_stored_objects(keys, n, span_bytes):
             assert a % rows == 0 and (b % rows == 0 or b == n)  # cut only at object boundaries
             row = b
         assert row == n
+
+
+@requires_pusht
+def test_a_killed_client_leaves_a_bucket_store_of_committed_episodes(s3_server):
+    """The client dies mid-import (SIGKILL): its local cluster dies with it, and the store at the URL
+    opens with the episodes committed so far, each equal to the source (read with zarr-python)."""
+    import subprocess
+    import sys
+    import warnings
+
+    import zarr
+
+    url = s3_server.new_url()
+    proc = subprocess.Popen([sys.executable, "-m", "replaybuf_core.cli", "import", "diffusion-policy", str(PUSHT),
+                             url, "--workers", "2", "--no-progress"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # rows staged past the committed ones
+                    with ReplayBuffer.create_from_path(url) as ro:
+                        if ro.n_episodes >= 20:
+                            break
+            except (FileNotFoundError, OSError, ValueError):  # not created yet, or being created
+                pass
+            time.sleep(0.2)
+        assert proc.poll() is None, "the import ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert main(["unlock", url]) == 0
+    with pytest.warns(RuntimeWarning, match="interrupted append"):
+        rb = ReplayBuffer(url)
+    with rb:
+        k = rb.n_episodes
+        src = zarr.open_group(str(PUSHT), mode="r")
+        ends = src["meta"]["episode_ends"][:k]
+        assert k >= 20 and np.array_equal(rb.episode_ends, ends)
+        n = int(ends[-1])
+        for key in ("action", "state"):
+            assert np.array_equal(rb[key][:], src["data"][key][:n])
+        assert np.array_equal(rb["img"][n - 300:], src["data"]["img"][n - 300:n].astype(np.uint8))
+        assert rb.store.get_attrs("data")["import"]["complete"] is False

@@ -25,6 +25,7 @@ to stop (a ``distributed.Event``) and the running ones are waited for before the
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ __all__ = ["SpanJob", "plan_spans", "write_span", "stream_on_cluster", "SPAN_BYT
 
 #: Source bytes of one task's span (at least one stored object of its key).
 SPAN_BYTES = 32 * 2**20
+#: Tasks submitted ahead per worker (the rest wait on the client).
+IN_FLIGHT_PER_WORKER = 4
 #: Seconds between commits of ``meta/episode_ends`` while spans complete.
 COMMIT_INTERVAL = 0.25
 
@@ -213,8 +216,16 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
         p = plans[key]
         jobs.append(SpanJob(import_id, open_args, dst, backend, storage_options, key, a, b, eps, p.converted,
                             p.dtype.str, p.lossy, abort))
-    futures = [client.submit(write_span, job, key=f"replaybuf-span-{job.key}-{job.start}-{import_id}", pure=False)
-               for job in jobs]
+    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    queue = iter(jobs)
+    futures: list = []
+
+    def submit(n: int) -> list:
+        new = [client.submit(write_span, job, key=f"replaybuf-span-{job.key}-{job.start}-{import_id}", pure=False)
+               for job in itertools.islice(queue, n)]
+        futures.extend(new)
+        return new
+
     checker = Checker(rb.store, plans)
     checker.whole, checker.pending = {}, {}  # the tasks check every row
     done: dict[str, list[tuple[int, int]]] = {k: [] for k in plans}
@@ -224,9 +235,14 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=n_steps, unit="step", desc=f"importing on {len(client.scheduler_info()['workers'])} workers")
+        bar = tqdm(total=n_steps, unit="step", desc=f"importing on {n_workers} workers")
     try:
-        for fut in distributed.as_completed(futures):
+        # a bounded number of tasks in flight: the scheduler holds a window, not millions of spans,
+        # and the committed prefix grows from the start
+        pending = distributed.as_completed(submit(IN_FLIGHT_PER_WORKER * n_workers))
+        for fut in pending:
+            for new in submit(1):
+                pending.add(new)
             r: SpanResult = fut.result()  # a task's error is raised here
             if r.not_lossless is not None:
                 raise NotLossless(*r.not_lossless)

@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from ..buffer import ReplayBuffer
 from ..errors import CapabilityError, CorruptStoreError, ReadOnlyError
@@ -24,7 +25,7 @@ from .data import assert_buffer_equal, assert_episode_equal, assert_snapshot_equ
 from . import crash
 from .edit_conformance import EditConformance, StatsConformance
 from .harness import BackendHarness
-from .stateful import run_state_machine
+from .stateful import DEFAULT_SETTINGS, run_state_machine
 
 
 def filled(harness: BackendHarness, lengths=(3, 5, 2), strings: bool = False):
@@ -797,7 +798,7 @@ class CrashConformance:
             pytest.skip("the harness has no crash_path (not a persistent backend)")
         crash.create(path, kind=kind, backend=harness.name)
         rng = np.random.default_rng(sum(map(ord, kind)))
-        for _ in range(self.crash_trials):
+        for _ in range(harness.crash_trials or self.crash_trials):
             r = crash.run_trial(kind, path, rng, max_delay=0.6)
             if not harness.kill_safe and not r.clean_open and (r.error or "").startswith("open failed"):
                 # best effort: the damage is refused at open, never read as data; start afresh
@@ -816,7 +817,8 @@ class StatefulConformance:
     def test_state_machine(self, harness):
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # no interrupted-append traces expected
-            run_state_machine(harness)
+            n = harness.state_machine_examples
+            run_state_machine(harness, None if n is None else settings(DEFAULT_SETTINGS, max_examples=n))
 
 
 class BufferConformance(

@@ -57,6 +57,11 @@ class BackendHarness:
     #: passes when the store refuses to open (the damage is reported, never read as data); a store
     #: that opens must still hold exactly the committed episodes, bit-exact
     kill_safe: bool = True
+    #: kill trials per kind in :class:`~replaybuf_core.testing.conformance.CrashConformance`
+    #: (None: the suite's default); a harness whose every request is slow (a network store) runs fewer
+    crash_trials: int | None = None
+    #: hypothesis examples of the state machine (None: its default, 25)
+    state_machine_examples: int | None = None
 
     def crash_path(self) -> Any:
         """A fresh path (not yet existing) where this persistent backend creates a store that other

@@ -1,0 +1,87 @@
+"""Imports on Dask: the serial import vs the same import on a local cluster of two worker processes
+(``import_dataset(..., client=)``), side by side, alternating, each in a fresh interpreter.
+
+The cluster is started before the clock starts (its start-up, timed separately, is what
+``replaybuf import --workers 2`` adds once per command).  Both imports end verified, with their
+statistics stored; the destination's bytes are compared object by object (they must be identical).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from .common import Table
+
+WORKERS = 2
+
+_CHILD = """
+import json, sys, time
+from replaybuf_core.importing import import_dataset
+
+def main():
+    src, dst, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if workers == 0:
+        t = time.perf_counter()
+        report = import_dataset(src, dst, "diffusion-policy", progress=False, overwrite=True)
+        print(json.dumps({"seconds": time.perf_counter() - t, "ok": report.ok}))
+        return
+    from replaybuf_core.cluster import cluster_client
+    t0 = time.perf_counter()
+    with cluster_client(workers=workers) as client:
+        client.run(lambda: __import__("replaybuf_core.importing.distributed"))  # workers ready
+        started = time.perf_counter() - t0
+        t = time.perf_counter()
+        report = import_dataset(src, dst, "diffusion-policy", progress=False, overwrite=True, client=client)
+        print(json.dumps({"seconds": time.perf_counter() - t, "ok": report.ok, "startup": started}))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _import(src: Path, dst: Path, workers: int, script: Path) -> dict:
+    out = subprocess.run([sys.executable, str(script), str(src), str(dst), str(workers)], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _digest(root: Path) -> dict[str, str]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            if not f.startswith(".replaybuf"):
+                p = os.path.join(d, f)
+                out[os.path.relpath(p, root)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def run(table: Table, src: Path, tmp: Path, smoke: bool) -> None:
+    if importlib.util.find_spec("distributed") is None:
+        table.add("dask", "skipped: dask.distributed not installed (pip install 'replaybuf[dask]')", 0, "")
+        return
+    script = tmp / "dask_import_child.py"
+    script.write_text(_CHILD)
+    serial, parallel = [], []
+    for _ in range(1 if smoke else 2):  # alternating: the machine's speed drifts over seconds
+        serial.append(_import(src, tmp / "serial.zarr", 0, script))
+        parallel.append(_import(src, tmp / "dask.zarr", WORKERS, script))
+    if not all(r["ok"] for r in serial + parallel):
+        raise RuntimeError("a benchmark import failed its verification")
+    same = _digest(tmp / "serial.zarr") == _digest(tmp / "dask.zarr")
+    t_serial = statistics.median(r["seconds"] for r in serial)
+    t_dask = statistics.median(r["seconds"] for r in parallel)
+    table.add("dask", "serial import (verified, stats stored)", t_serial, "s")
+    table.add("dask", f"import on {WORKERS} Dask workers (cluster up)", t_dask, "s")
+    table.add("dask", f"local cluster start-up ({WORKERS} workers)", statistics.median(r["startup"] for r in parallel),
+              "s")
+    table.ratio("dask", f"serial / {WORKERS} workers", t_serial / t_dask, ">= 1.6", t_serial / t_dask >= 1.6)
+    table.ratio("dask", "objects identical to the serial import (1 = yes)", float(same), "= 1", same)
+    if not same:
+        raise RuntimeError("the Dask import's objects differ from the serial import's")

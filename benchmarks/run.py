@@ -1,7 +1,7 @@
 """Entry point: ``python -m benchmarks [--smoke]`` — one table of medians and ratios from one run.
 
-Sections: sampling, training throughput, in-place edits, statistics, ingest, step→episode index, bytes on disk, LeRobot import (see each
-module's docstring).
+Sections: sampling, training throughput, in-place edits, statistics, ingest, imports on Dask, object
+storage, step→episode index, bytes on disk, LeRobot import (see each module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
 imports all of Push-T (206 episodes, 25,650 frames) and a two-camera 480x640 LeRobot dataset, about eight
 minutes on 2 cores.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import zarr
 
-from . import (edit_bench, index_bench, ingest_bench, lerobot_bench, object_bench, sampling_bench, stats_bench,
-               training_bench)
+from . import (distributed_bench, edit_bench, index_bench, ingest_bench, lerobot_bench, object_bench,
+               sampling_bench, stats_bench, training_bench)
 from .common import PUSHT, Table
 
 
@@ -51,6 +51,7 @@ def main(argv=None) -> int:
         dst = tmp / "imported.zarr"
         ingest_bench.run(table, src, dst, args.smoke)
         ingest_bench.disk(table, src, dst)
+        distributed_bench.run(table, src, tmp, args.smoke)
         sampling_bench.run(table, dst, args.smoke)
         training_bench.run(table, dst, tmp, args.smoke)
         edit_bench.run(table, dst, tmp, args.smoke)

@@ -222,7 +222,8 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         merge_stores(sources, dst, overwrite=overwrite)
         return cls.create_from_path(dst)
 
-    def get_stats(self, keys: list[str] | None = None, recompute: bool = False) -> dict[str, dict[str, np.ndarray]]:
+    def get_stats(self, keys: list[str] | None = None, recompute: bool = False,
+                  summarizer: Any = None) -> dict[str, dict[str, np.ndarray]]:
         """Normalisation statistics of the numeric data keys (default all): per key and feature
         dimension ``count``, ``mean``, ``std``, ``min``, ``max`` and ``q01``/``q10``/``q50``/``q90``/
         ``q99`` (LeRobot's names; float64 arrays of the step shape), camera frames per channel on
@@ -230,7 +231,10 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         committed since the last call are read and merged in, and a writable buffer saves the result,
         so a call costs in proportion to the new episodes; ``recompute`` ignores what is stored
         (the first call in a process also compiles the kernels: about 2 s, cached on disk).
-        Precision: see :func:`replaybuf_core.stats.compute_stats`.
+        Precision: see :func:`replaybuf_core.stats.compute_stats`.  ``summarizer``: how the episodes
+        to read are summarised (default :func:`replaybuf_core.stats.summarize`, here;
+        :func:`replaybuf_core.stats_distributed.cluster_summarizer` runs the same blocks on a Dask
+        cluster, with the same result bit for bit).
 
         Raises KeyError naming an unknown key, ValueError naming a requested key that is not numeric
         or bool (strings)."""
@@ -244,7 +248,8 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
                 raise ValueError(f"get_stats: data key {k!r} holds {dtype} values; statistics are kept for "
                                  "numeric and bool keys")
         with self._mutex:
-            return {k: s.result() for k, s in stats_of(self, keys, recompute=recompute).items()}
+            return {k: s.result() for k, s in stats_of(self, keys, recompute=recompute,
+                                                        summarizer=summarizer).items()}
 
     # ------------------------------------------------------------------ properties
     @property

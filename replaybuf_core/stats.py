@@ -180,7 +180,8 @@ def _blocks(lengths: np.ndarray, first_row: int, rows_per_block: int) -> Iterato
 
 def _merge_segments(parts: list, n_episodes: int, columns: int):
     """Per-episode moments (each (n_episodes, columns)) from the segment moments of every block:
-    ``parts`` holds ``(segments, episode of each segment, rows of each segment)``; Chan et al.'s
+    ``parts`` holds ``((mean, m2, min, max) of each segment, episode of each segment, rows of each
+    segment)``; Chan et al.'s
     pairwise formulae, grouped by episode (segments come in episode order)."""
     shape = (n_episodes, columns)
     mean, m2 = np.zeros(shape), np.zeros(shape)
@@ -188,8 +189,7 @@ def _merge_segments(parts: list, n_episodes: int, columns: int):
     eps = np.concatenate([e for _, e, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
     if not eps.size:
         return mean, m2, lo, hi
-    seg_mean, seg_m2, seg_min, seg_max = (np.concatenate([getattr(p, f) for p, _, _ in parts])
-                                          for f in ("mean", "m2", "min", "max"))
+    seg_mean, seg_m2, seg_min, seg_max = (np.concatenate([p[i] for p, _, _ in parts]) for i in range(4))
     w = np.concatenate([n for _, _, n in parts]).astype(np.float64)[:, None]
     cut = np.flatnonzero(np.r_[True, eps[1:] != eps[:-1]])
     ep = eps[cut]
@@ -206,12 +206,20 @@ def summarize(buffer: Any, keys: Sequence[str], first: int, stop: int) -> dict[s
     """The :class:`KeySummary` of each of ``keys`` over episodes ``[first, stop)`` of ``buffer``, in
     one streaming read: the buffer's batched reader when it has one (zarr: the fast chunk reader on
     the codec pool), each block read while the one before is summarised (the kernels release the
-    GIL)."""
+    GIL).  :func:`~replaybuf_core.stats_distributed.summarize_on_cluster` runs the same blocks on a
+    Dask cluster, with the same result bit for bit."""
+    out, jobs = plan_blocks(buffer, keys, first, stop)
+    finish(out, summarize_blocks(buffer, jobs, out))
+    return out
+
+
+def plan_blocks(buffer: Any, keys: Sequence[str], first: int, stop: int) -> tuple[dict[str, KeySummary], list]:
+    """Empty summaries of ``keys`` over episodes ``[first, stop)`` (their lengths set) and the blocks
+    to read: ``(key, (a, b, seg_starts, seg_stops, seg_episode))`` in order (see :func:`_blocks`)."""
     ends = np.asarray(buffer.episode_ends[: buffer.n_episodes], dtype=np.int64)
     starts = np.r_[0, ends[:-1]] if ends.size else ends
     lengths = (ends - starts)[first:stop]
     row0 = int(starts[first]) if first < ends.size else 0
-    ranges = getattr(buffer, "read_ranges", None)
     out, jobs = {}, []
     for key in keys:
         arr = buffer[key]
@@ -220,16 +228,24 @@ def summarize(buffer: Any, keys: Sequence[str], first: int, stop: int) -> dict[s
         out[key] = summary
         row_values = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)))
         per = max(1, BLOCK_BYTES // (row_values * (1 if summary.kind == FRAMES else 8)))
-        jobs += [(key, arr, block) for block in _blocks(lengths, row0, per)]
+        jobs += [(key, block) for block in _blocks(lengths, row0, per)]
+    return out, jobs
+
+
+def summarize_blocks(buffer: Any, jobs: list, out: dict[str, KeySummary]) -> dict[str, list]:
+    """Read and summarise the blocks ``jobs`` (of :func:`plan_blocks`): frame histograms and sketch
+    counts are added into ``out``; returns each key's segment moments ``[((mean, m2, min, max),
+    episodes, rows), ...]`` in block order, for :func:`finish`."""
+    ranges = getattr(buffer, "read_ranges", None)
 
     def read(job):
-        key, arr, (a, b, *_rest) = job
-        return ranges(key, [a], [b])[0] if callable(ranges) else np.asarray(arr[a:b])
+        key, (a, b, *_rest) = job
+        return ranges(key, [a], [b])[0] if callable(ranges) else np.asarray(buffer[key][a:b])
 
-    parts: dict[str, list] = {key: [] for key in keys}
+    parts: dict[str, list] = {key: [] for key, _ in jobs}
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(read, jobs[0]) if jobs else None
-        for i, (key, _arr, (_a, _b, s, t, eps)) in enumerate(jobs):
+        for i, (key, (_a, _b, s, t, eps)) in enumerate(jobs):
             block = pending.result()
             if i + 1 < len(jobs):
                 pending = pool.submit(read, jobs[i + 1])
@@ -239,12 +255,17 @@ def summarize(buffer: Any, keys: Sequence[str], first: int, stop: int) -> dict[s
                 continue
             seg = segment_moments(block, s, t, summary.exact)
             summary.sketch.add_counts(*seg.counts())
-            parts[key].append((seg, eps, t - s))
+            parts[key].append(((seg.mean, seg.m2, seg.min, seg.max), eps, t - s))
+    return parts
+
+
+def finish(out: dict[str, KeySummary], parts: dict[str, list]) -> None:
+    """Set each value key's per-episode moments from the segment moments of all its blocks."""
     for key, summary in out.items():
         if summary.kind == VALUES:
             columns = summary.mean.shape[1]
-            summary.mean, summary.m2, summary.min, summary.max = _merge_segments(parts[key], lengths.size, columns)
-    return out
+            summary.mean, summary.m2, summary.min, summary.max = _merge_segments(parts.get(key, []),
+                                                                                 summary.lengths.size, columns)
 
 
 def compute_stats(buffer: Any, keys: Sequence[str] | None = None) -> dict[str, dict[str, np.ndarray]]:

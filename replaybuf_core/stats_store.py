@@ -154,11 +154,13 @@ def _save(buffer: Any, summaries: dict[str, KeySummary], ends: np.ndarray, appen
     buffer._persist()
 
 
-def stats_of(buffer: Any, keys: Sequence[str] | None = None, recompute: bool = False) -> dict[str, KeySummary]:
+def stats_of(buffer: Any, keys: Sequence[str] | None = None, recompute: bool = False,
+             summarizer: Any = None) -> dict[str, KeySummary]:
     """Up-to-date summaries of ``keys`` (default: every numeric / bool key): the stored ones with the
     episodes committed since merged in, the others computed; saved back when the buffer is writable.
     ``recompute`` ignores what is stored (after ``verify`` found stored statistics that disagree with
-    data changed behind replaybuf's back).
+    data changed behind replaybuf's back).  ``summarizer(buffer, keys, first, stop)`` summarises the
+    episodes to read (default :func:`~replaybuf_core.stats.summarize`).
 
     Raises:
         KeyError: a key not in the buffer.
@@ -181,7 +183,7 @@ def stats_of(buffer: Any, keys: Sequence[str] | None = None, recompute: bool = F
     for key, e in start.items():
         by_start.setdefault(e, []).append(key)
     for e, group in by_start.items():
-        for key, new in summarize(buffer, group, e, int(ends.size)).items():
+        for key, new in (summarizer or summarize)(buffer, group, e, int(ends.size)).items():
             if stale[key] is not None:
                 stale[key].extend(new)
                 new = stale[key]

@@ -15,14 +15,28 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 PARALLEL_MIN = 8  # fewer items than this run on the calling thread
-_CPUS = max(1, os.cpu_count() or 1)
+
+
+def _codec_threads() -> int:
+    """Threads of the pool: ``REPLAYBUF_CODEC_THREADS`` when set (a Dask worker per core sets 1),
+    else one per CPU."""
+    text = os.environ.get("REPLAYBUF_CODEC_THREADS", "").strip()
+    if text:
+        try:
+            return max(1, int(text))
+        except ValueError:
+            raise ValueError(f"REPLAYBUF_CODEC_THREADS must be an integer, got {text!r}") from None
+    return max(1, os.cpu_count() or 1)
+
+
+_CPUS = _codec_threads()
 TASKS_PER_WORKER = 4
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 
 
 def codec_pool() -> ThreadPoolExecutor:
-    """The pool (one thread per CPU); rebuilt after a fork, whose child has none of the parent's threads."""
+    """The pool (one thread per CPU, or ``REPLAYBUF_CODEC_THREADS``); rebuilt after a fork, whose child has none of the parent's threads."""
     global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
         _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=_CPUS,

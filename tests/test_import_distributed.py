@@ -188,3 +188,23 @@ def test_a_killed_client_leaves_a_bucket_store_of_committed_episodes(s3_server):
             assert np.array_equal(rb[key][:], src["data"][key][:n])
         assert np.array_equal(rb["img"][n - 300:], src["data"]["img"][n - 300:n].astype(np.uint8))
         assert rb.store.get_attrs("data")["import"]["complete"] is False
+
+
+@requires_pusht
+def test_statistics_on_the_cluster_are_the_serial_ones_bit_for_bit(client, tmp_path, capsys):
+    from replaybuf_core.stats_distributed import cluster_summarizer
+
+    dst = tmp_path / "pusht.zarr"
+    assert import_dataset(PUSHT, dst, "diffusion-policy", episodes="0:12", progress=False).ok
+    with ReplayBuffer.create_from_path(dst) as rb:
+        serial = rb.get_stats(recompute=True)
+        spread = rb.get_stats(recompute=True, summarizer=cluster_summarizer(client, str(dst)))
+    assert sorted(serial) == sorted(spread) == sorted(rb.keys())
+    for key in serial:
+        for name, v in serial[key].items():
+            assert v.tobytes() == spread[key][name].tobytes(), (key, name)
+    assert main(["stats", str(dst), "--json", "--recompute", "--scheduler", client.scheduler.address]) == 0
+    import json
+
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["action"]["mean"] == serial["action"]["mean"].tolist()

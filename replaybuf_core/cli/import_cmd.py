@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from .. import registry
+from ..cluster import add_cluster_arguments, client_for
 
 
 def register(sub) -> None:
@@ -41,13 +42,7 @@ def register(sub) -> None:
                    help="leave out zero-length source episodes and record their indices in the store's "
                         "attributes; without it such a source is refused")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, default=None, metavar="N",
-                       help="import on a local Dask cluster of N worker processes (pip install 'replaybuf[dask]'); "
-                            "the result is the serial import's, bit for bit")
-    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                       help="import on the Dask cluster whose scheduler is at ADDRESS (tcp://host:port); its "
-                            "workers must reach SRC and DST at the same paths or URLs")
+    add_cluster_arguments(p, "import")
     owners: dict[str, tuple[list[str], str]] = {}  # dest -> (formats taking it, flag)
     flags: dict[str, str] = {}
     for name, info in formats.items():
@@ -94,25 +89,22 @@ def run(args) -> int:
             raise ValueError(f"{flag} is an option of the {' and '.join(owner)} format{'s' if len(owner) > 1 else ''}, "
                              f"not of {entry.name}")
         options[dest] = value
-    if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {args.workers}")
     kwargs = dict(backend=args.backend, episodes=args.episodes, skip_keys=args.skip_key, keep_dtype=args.keep_dtype,
                   lossy_quality=args.lossy_quality,
                   image_frames_per_shard=None if args.frames_per_shard == 0 else args.frames_per_shard,
                   progress=not args.no_progress, overwrite=args.overwrite,
                   drop_empty_episodes=args.drop_empty_episodes)
-    if args.workers is not None or args.scheduler is not None:
-        from ..cluster import cluster_client
-        from ..importing import import_dataset
+    with client_for(args) as client:
+        if client is not None:
+            from ..importing import import_dataset
 
-        with cluster_client(args.workers, args.scheduler) as client:
             report = import_dataset(src, dst, entry.name, format_options=options, client=client, **kwargs)
-    else:
-        source = entry.open(src, **options)
-        try:
-            report = import_source(source, dst, **kwargs)
-        finally:
-            source.close()
+        else:
+            source = entry.open(src, **options)
+            try:
+                report = import_source(source, dst, **kwargs)
+            finally:
+                source.close()
     print(report.summary())
     sys.stdout.flush()
     return 0 if report.ok else 1

@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 
+from ..cluster import add_cluster_arguments, client_for
+
 
 def register(sub) -> None:
     """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
@@ -25,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("--recompute", action="store_true",
                    help="ignore the stored statistics and compute them from the data (with --save: replace "
                         "them, e.g. after `replaybuf verify` found them disagreeing with the data)")
+    add_cluster_arguments(p, "compute")
     p.set_defaults(func=run)
 
 
@@ -41,8 +44,13 @@ def run(args) -> int:
     import os
 
     path = os.path.expanduser(args.path)
-    with (ReplayBuffer(path) if args.save else ReplayBuffer.create_from_path(path)) as rb:
-        stats = rb.get_stats(args.key, recompute=args.recompute)
+    with (ReplayBuffer(path) if args.save else ReplayBuffer.create_from_path(path)) as rb, client_for(args) as client:
+        summarizer = None
+        if client is not None:
+            from ..stats_distributed import cluster_summarizer
+
+            summarizer = cluster_summarizer(client, path)
+        stats = rb.get_stats(args.key, recompute=args.recompute, summarizer=summarizer)
     if args.save:
         import sys
 

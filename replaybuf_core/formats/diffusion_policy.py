@@ -118,6 +118,27 @@ class DiffusionPolicySource(Source):
                              f"{last - first} steps")
         return {k: self._store.read("data", k, first + start, first + stop) for k in keys}
 
+    def read_pieces(self, key: str, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:
+        """Pieces that sit back to back in the source are read with one call, then split."""
+        rows = []
+        for index, a, b in pieces:
+            first, last = self._bounds(index)
+            if not 0 <= a <= b <= last - first:
+                raise IndexError(f"rows [{a}, {b}) out of range: episode {index} of {self.path} has "
+                                 f"{last - first} steps")
+            rows.append((first + a, first + b))
+        out: list[np.ndarray] = []
+        i = 0
+        while i < len(rows):
+            j = i + 1
+            while j < len(rows) and rows[j][0] == rows[j - 1][1]:
+                j += 1
+            block = self._store.read("data", key, rows[i][0], rows[j - 1][1])
+            for a, b in rows[i:j]:
+                out.append(block[a - rows[i][0]: b - rows[i][0]])
+            i = j
+        return out
+
     def iter_episodes(self, indices, keys, max_rows) -> Iterator[tuple[int, Iterator[dict[str, np.ndarray]]]]:
         """In increasing order, every source chunk is decoded once (one reader per key)."""
         if list(indices) != sorted(indices):

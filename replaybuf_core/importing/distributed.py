@@ -139,13 +139,13 @@ def write_span(job: SpanJob) -> SpanResult:
     source, dst = _open_source(job), _open_destination(job)
     dtype = np.dtype(job.dtype)
     pieces: list[tuple[int, np.ndarray]] = []
-    for ep, src_index, first, length in job.episodes:
-        lo, hi = max(job.start, first) - first, min(job.stop, first + length) - first
-        try:
-            x = source.read_rows(src_index, [job.key], lo, hi).get(job.key)
-        except Exception as exc:  # named here: the client sees only this task's error
-            raise ValueError(f"{source.format_name} source {source.path}: episode {src_index}: cannot read rows "
-                             f"[{lo}, {hi}) of {job.key!r}: {type(exc).__name__}: {exc}") from exc
+    wanted = [(src_index, max(job.start, first) - first, min(job.stop, first + length) - first)
+              for _, src_index, first, length in job.episodes]
+    try:
+        values = source.read_pieces(job.key, wanted)
+    except Exception:  # noqa: BLE001 - read piece by piece to name the episode that fails
+        values = [_read_piece(source, job.key, piece) for piece in wanted]
+    for (ep, src_index, _, _), (_, lo, hi), x in zip(job.episodes, wanted, values):
         if x is None or len(x) != hi - lo:
             raise ValueError(f"{source.format_name} source {source.path}: episode {src_index}: rows [{lo}, {hi}) of "
                              f"{job.key!r} gave {0 if x is None else len(x)} rows")
@@ -175,6 +175,15 @@ def write_span(job: SpanJob) -> SpanResult:
                                    f"{job.start + row + len(x)}) differ from the source")
         row += len(x)
     return result
+
+
+def _read_piece(source: Any, key: str, piece: tuple[int, int, int]) -> np.ndarray:
+    index, lo, hi = piece
+    try:
+        return source.read_rows(index, [key], lo, hi).get(key)
+    except Exception as exc:  # named here: the client sees only this task's error
+        raise ValueError(f"{source.format_name} source {source.path}: episode {index}: cannot read rows "
+                         f"[{lo}, {hi}) of {key!r}: {type(exc).__name__}: {exc}") from exc
 
 
 class NotLossless(Exception):
@@ -208,16 +217,18 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
     bounds = [(ep, int(firsts[ep]), int(ends[ep])) for ep in range(len(indices))]
     import_id = uuid.uuid4().hex
     abort = f"replaybuf-import-abort-{import_id}"
-    jobs = []
-    for key, a, b in plan_spans(plans, n_steps):
-        lo = int(np.searchsorted(ends, a, side="right"))
-        hi = int(np.searchsorted(firsts, b, side="left"))
-        eps = [(ep, int(indices[ep]), int(firsts[ep]), int(lengths[ep])) for ep in range(lo, hi)]
-        p = plans[key]
-        jobs.append(SpanJob(import_id, open_args, dst, backend, storage_options, key, a, b, eps, p.converted,
-                            p.dtype.str, p.lossy, abort))
+
+    def jobs():  # made as they are submitted: a long import has millions of spans
+        for key, a, b in plan_spans(plans, n_steps):
+            lo = int(np.searchsorted(ends, a, side="right"))
+            hi = int(np.searchsorted(firsts, b, side="left"))
+            eps = [(ep, int(indices[ep]), int(firsts[ep]), int(lengths[ep])) for ep in range(lo, hi)]
+            p = plans[key]
+            yield SpanJob(import_id, open_args, dst, backend, storage_options, key, a, b, eps, p.converted,
+                          p.dtype.str, p.lossy, abort)
+
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
-    queue = iter(jobs)
+    queue = jobs()
     futures: list = []
 
     def submit(n: int) -> list:
@@ -228,7 +239,8 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
 
     checker = Checker(rb.store, plans)
     checker.whole, checker.pending = {}, {}  # the tasks check every row
-    done: dict[str, list[tuple[int, int]]] = {k: [] for k in plans}
+    prefix = {k: 0 for k in plans}  # per key: rows written contiguously from row 0
+    ahead: dict[str, dict[int, int]] = {k: {} for k in plans}  # spans done beyond it: start -> stop
     committed, last_commit = 0, 0.0
     episode_sse: dict[str, dict[int, list]] = {k: {} for k, p in plans.items() if p.lossy}
     bar = None
@@ -244,6 +256,7 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
             for new in submit(1):
                 pending.add(new)
             r: SpanResult = fut.result()  # a task's error is raised here
+            futures.remove(fut)  # done: its result is released on the cluster
             if r.not_lossless is not None:
                 raise NotLossless(*r.not_lossless)
             checker.problems.extend(r.problems)
@@ -253,8 +266,10 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
                 acc = episode_sse[r.key].setdefault(ep, [0.0, 0])
                 acc[0] += e
                 acc[1] += n
-            done[r.key].append((r.start, r.stop))
-            row = min(_prefix(spans) for spans in done.values())
+            ahead[r.key][r.start] = r.stop
+            while prefix[r.key] in ahead[r.key]:
+                prefix[r.key] = ahead[r.key].pop(prefix[r.key])
+            row = min(prefix.values())
             k = int(np.searchsorted(ends, row, side="right"))
             now = time.monotonic()
             if k > committed and (now - last_commit >= COMMIT_INTERVAL or k == len(ends)):
@@ -272,17 +287,6 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
         checker.sse[key] = sum(e for e, _ in per_episode.values())
         checker.worst[key] = min((psnr_db(e, n) for e, n in per_episode.values()), default=float("inf"))
     return checker, bounds
-
-
-def _prefix(spans: list[tuple[int, int]]) -> int:
-    """The end of the contiguous run of ``spans`` from row 0."""
-    spans.sort()
-    row = 0
-    for a, b in spans:
-        if a > row:
-            break
-        row = max(row, b)
-    return row
 
 
 def _stop(client: Any, distributed: Any, futures: list, abort: str) -> None:

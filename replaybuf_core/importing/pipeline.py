@@ -266,7 +266,12 @@ def import_source(
         elif report.ok:
             with ReplayBuffer(os.fspath(beside.path), backend=backend, **options) as rb:
                 _no_cache(rb.store)
-                rb.get_stats()  # stored with the store (meta/replaybuf_stats), kept up to date from here on
+                summarizer = None
+                if client is not None:
+                    from ..stats_distributed import cluster_summarizer
+
+                    summarizer = cluster_summarizer(client, os.fspath(beside.path), storage_options, backend)
+                rb.get_stats(summarizer=summarizer)  # stored with the store (meta/replaybuf_stats), kept up to date
                 rb.store.set_attrs("data", {"import": {**rb.store.get_attrs("data")["import"], "complete": True}})
     report.format = source.format_name
     report.restarts = restarts

@@ -127,6 +127,13 @@ class Source:
                 break
         return {k: np.concatenate(v) if len(v) != 1 else v[0] for k, v in out.items() if v}
 
+    def read_pieces(self, key: str, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:
+        """The rows of ``key`` of each piece ``(episode index, start, stop)``, in order (a distributed
+        import's span: the end of one episode, whole episodes, the start of another).  The default
+        calls :meth:`read_rows` per piece; a format that stores episodes back to back overrides it to
+        read neighbouring pieces at once (each stored object decoded once)."""
+        return [self.read_rows(i, [key], a, b)[key] for i, a, b in pieces]
+
     def iter_episodes(self, indices: list[int], keys: list[str], max_rows: int
                       ) -> Iterator[tuple[int, Iterator[dict[str, np.ndarray]]]]:
         """``(index, parts)`` for each of ``indices`` in order (the import streams them this way).

@@ -14,7 +14,6 @@ statistics stored; the destination's bytes are compared object by object (they m
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -22,6 +21,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from replaybuf_core.testing.files import file_digests
 
 from .common import Table
 
@@ -61,16 +62,6 @@ def _import(src: Path, dst: Path, workers: int, script: Path, codec_threads: int
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _digest(root: Path) -> dict[str, str]:
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            if not f.startswith(".replaybuf"):
-                p = os.path.join(d, f)
-                out[os.path.relpath(p, root)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
-
-
 def run(table: Table, src: Path, tmp: Path, smoke: bool) -> None:
     if importlib.util.find_spec("distributed") is None:
         table.add("dask", "skipped: dask.distributed not installed (pip install 'replaybuf[dask]')", 0, "")
@@ -84,7 +75,7 @@ def run(table: Table, src: Path, tmp: Path, smoke: bool) -> None:
         parallel.append(_import(src, tmp / "dask.zarr", WORKERS, script))
     if not all(r["ok"] for r in serial + one_core + parallel):
         raise RuntimeError("a benchmark import failed its verification")
-    same = _digest(tmp / "serial.zarr") == _digest(tmp / "dask.zarr")
+    same = file_digests(tmp / "serial.zarr") == file_digests(tmp / "dask.zarr")
     t_serial = statistics.median(r["seconds"] for r in serial)
     t_dask = statistics.median(r["seconds"] for r in parallel)
     t_one = statistics.median(r["seconds"] for r in one_core)

@@ -205,3 +205,27 @@ def s3_server():
             else:
                 os.environ[k] = v
         stop_s3_server_process(proc)
+
+
+def kill_when_committed(proc, url: str, n_episodes: int, timeout: float = 180) -> None:
+    """SIGKILL the importing process ``proc`` once the store at ``url`` has committed ``n_episodes``
+    (polled read-only; AssertionError if the import ends first)."""
+    import signal
+    import time
+    import warnings
+
+    from replaybuf_core.errors import CorruptStoreError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the rows staged past the committed ones
+                with ReplayBuffer.create_from_path(url) as ro:
+                    if ro.n_episodes >= n_episodes:
+                        break
+        except (FileNotFoundError, OSError, CorruptStoreError):  # not created yet, or being created
+            pass
+        time.sleep(0.2)
+    assert proc.poll() is None, "the import ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)

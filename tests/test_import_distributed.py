@@ -9,7 +9,6 @@ spans of the plan tile every key's rows in whole stored objects (a hypothesis mo
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import threading
@@ -25,6 +24,8 @@ from replaybuf_core.cli import main
 from replaybuf_core.importing import import_dataset
 from replaybuf_core.importing.distributed import plan_spans
 from replaybuf_core.importing.plan import KeyPlan
+from replaybuf_core.testing.files import file_digests
+from conftest import kill_when_committed
 from shared_data import PUSHT, requires_pusht
 
 pytest.importorskip("distributed")
@@ -39,23 +40,13 @@ def client():
         yield c
 
 
-def _files(root):
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            if not f.startswith(".replaybuf"):
-                full = os.path.join(d, f)
-                out[os.path.relpath(full, root)] = hashlib.sha256(open(full, "rb").read()).hexdigest()
-    return out
-
-
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory):
     if not PUSHT.is_dir():
         pytest.skip("Push-T not found")
     dst = tmp_path_factory.mktemp("serial") / "pusht.zarr"
     assert import_dataset(PUSHT, dst, "diffusion-policy", episodes=EPISODES, progress=False).ok
-    return _files(dst)
+    return file_digests(dst)
 
 
 @requires_pusht
@@ -63,7 +54,7 @@ def test_the_distributed_import_is_the_serial_one_bit_for_bit(client, serial, tm
     dst = tmp_path / "pusht.zarr"
     report = import_dataset(PUSHT, dst, "diffusion-policy", episodes=EPISODES, progress=False, client=client)
     assert report.ok, report.problems
-    got = _files(dst)
+    got = file_digests(dst)
     assert sorted(got) == sorted(serial)
     assert [p for p in got if got[p] != serial[p]] == []
     assert not [p for p in os.listdir(tmp_path) if p != "pusht.zarr"]  # no build left beside it
@@ -85,7 +76,7 @@ def test_a_worker_killed_mid_import_changes_nothing(client, serial, tmp_path):
     finally:
         killer.join()
     assert report.ok, report.problems
-    got = _files(dst)
+    got = file_digests(dst)
     assert [p for p in serial if got.get(p) != serial[p]] == []
     assert pids[0] not in client.run(os.getpid).values()  # the worker really was replaced
 
@@ -96,7 +87,7 @@ def test_the_cli_on_a_running_scheduler(client, serial, tmp_path, capsys):
     assert main(["import", "diffusion-policy", str(PUSHT), str(dst), "--episodes", EPISODES, "--no-progress",
                  "--scheduler", client.scheduler.address]) == 0
     assert "verification: OK" in capsys.readouterr().out
-    assert _files(dst) == serial
+    assert file_digests(dst) == serial
     assert main(["import", str(PUSHT), str(tmp_path / "x.zarr"), "--workers", "0"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
     assert main(["import", str(PUSHT), str(tmp_path / "x.zarr"), "--scheduler", "tcp://127.0.0.1:1"]) == 2
@@ -151,8 +142,6 @@ def test_a_killed_client_leaves_a_bucket_store_of_committed_episodes(s3_server):
     opens with the episodes committed so far, each equal to the source (read with zarr-python)."""
     import subprocess
     import sys
-    import warnings
-
     import zarr
 
     url = s3_server.new_url()
@@ -160,19 +149,7 @@ def test_a_killed_client_leaves_a_bucket_store_of_committed_episodes(s3_server):
                              url, "--workers", "2", "--no-progress"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # rows staged past the committed ones
-                    with ReplayBuffer.create_from_path(url) as ro:
-                        if ro.n_episodes >= 20:
-                            break
-            except (FileNotFoundError, OSError, ValueError):  # not created yet, or being created
-                pass
-            time.sleep(0.2)
-        assert proc.poll() is None, "the import ended before it could be killed"
-        proc.send_signal(signal.SIGKILL)
+        kill_when_committed(proc, url, 20)
     finally:
         proc.wait()
     assert main(["unlock", url]) == 0

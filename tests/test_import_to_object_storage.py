@@ -8,11 +8,8 @@ import of the same episodes writes (read from its directory), and the bucket's l
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
-import warnings
 
 import numpy as np
 import pytest
@@ -20,10 +17,11 @@ import zarr
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
-from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.formats.diffusion_policy import import_diffusion_policy
 from replaybuf_core.importing import import_dataset
 
+from conftest import kill_when_committed
+from replaybuf_core.testing.files import file_digests
 from shared_data import PUSHT, requires_pusht
 
 obstore = pytest.importorskip("obstore")
@@ -42,17 +40,6 @@ def _objects(url):
             if not p.endswith(".replaybuf.lease")}
 
 
-def _files(root):
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            if f.startswith(".replaybuf"):
-                continue
-            full = os.path.join(d, f)
-            out[os.path.relpath(full, root)] = open(full, "rb").read()
-    return out
-
-
 def _source(key, n_steps):
     return zarr.open_group(str(PUSHT), mode="r")["data"][key][:n_steps]
 
@@ -62,7 +49,7 @@ def test_a_url_import_writes_the_objects_a_local_import_writes(s3_server, tmp_pa
     local = tmp_path / "local.zarr"
     assert main(["import", "diffusion-policy", str(PUSHT), url, "--episodes", "0:5", "--no-progress"]) == 0
     assert main(["import", "diffusion-policy", str(PUSHT), str(local), "--episodes", "0:5", "--no-progress"]) == 0
-    remote, files = _objects(url), _files(local)
+    remote, files = _objects(url), {p: open(local / p, "rb").read() for p in file_digests(local)}
     assert sorted(remote) == sorted(files)
     differ = [p for p in files if remote[p] != files[p]]
     assert differ == [], differ
@@ -130,19 +117,7 @@ def test_a_killed_url_import_leaves_the_committed_episodes(s3_server):
     proc = subprocess.Popen([sys.executable, "-m", "replaybuf_core.cli", "import", "diffusion-policy", str(PUSHT),
                              url, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # the rows staged past the committed ones
-                    with ReplayBuffer.create_from_path(url) as ro:
-                        if ro.n_episodes >= 3:
-                            break
-            except (FileNotFoundError, OSError, CorruptStoreError):  # not created yet, or being created
-                pass
-            time.sleep(0.2)
-        assert proc.poll() is None, f"the import ended before it could be killed: {proc.stderr.read()[-500:]}"
-        proc.send_signal(signal.SIGKILL)
+        kill_when_committed(proc, url, 3)
     finally:
         proc.wait()
     assert main(["unlock", url]) == 0  # the dead importer's lease, broken as an operator would

@@ -1,6 +1,7 @@
 """Object storage against a local S3 server (moto's ``ThreadedMotoServer`` on 127.0.0.1, an
 ephemeral port; configured through the AWS_* variables only).
 
+* Importing Push-T (diffusion-policy) straight into S3 vs to local disk, side by side.
 * Copying the imported Push-T store to S3 vs to local disk (``save_to_path``).
 * Sampling batches of 64 windows (2 frames, 2 states, 16 actions per sample) from the store on S3:
   replaybuf's ``WindowSampler.sample_batch`` (no LRU of decoded chunks; shard indexes cached) vs
@@ -44,7 +45,7 @@ def _server():
     return server
 
 
-def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
+def run(table: Table, store: Path, tmp: Path, smoke: bool, src: Path | None = None) -> None:
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("obstore") is None:
         table.add("object storage", "skipped: moto[server] / obstore not installed (the test extra)", 0, "-")
         return
@@ -52,6 +53,8 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
                                             "AWS_REGION", "AWS_ALLOW_HTTP")}
     server = _server()
     try:
+        if src is not None:
+            _imports(table, src, tmp)
         _run(table, store, tmp, smoke)
     finally:
         from replaybuf_zarr.object_store import release_all_leases
@@ -63,6 +66,23 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _imports(table: Table, src: Path, tmp: Path) -> None:
+    """The diffusion-policy import of ``src`` straight into the bucket vs to local disk, side by side."""
+    from replaybuf_core.importing import import_dataset
+
+    t0 = time.perf_counter()
+    local = import_dataset(src, tmp / "object-bench-import.zarr", "diffusion-policy", progress=False, overwrite=True)
+    t_local = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    remote = import_dataset(src, "s3://bench/imported.zarr", "diffusion-policy", progress=False)
+    t_s3 = time.perf_counter() - t0
+    if not (local.ok and remote.ok):
+        raise RuntimeError("a benchmark import failed its verification")
+    table.add("object storage", "import to local disk (verified)", t_local, "s", "{:.1f}")
+    table.add("object storage", "import straight into S3 (verified, local server)", t_s3, "s", "{:.1f}")
+    table.ratio("object storage", "import to S3 / import to local disk", t_s3 / t_local, "(informational)", True)
 
 
 def _run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         training_bench.run(table, dst, tmp, args.smoke)
         edit_bench.run(table, dst, tmp, args.smoke)
         stats_bench.run(table, dst, args.smoke)
-        object_bench.run(table, dst, tmp, args.smoke)
+        object_bench.run(table, dst, tmp, args.smoke, src=src)
         index_bench.run(table, args.smoke)
         lerobot_bench.run(table, tmp, args.smoke)
     print(table.render())

@@ -25,7 +25,7 @@ from replaybuf_core.importing import import_dataset
 from replaybuf_core.importing.distributed import plan_spans
 from replaybuf_core.importing.plan import KeyPlan
 from replaybuf_core.testing.files import file_digests
-from conftest import kill_when_committed
+from s3_helpers import kill_when_committed
 from shared_data import PUSHT, requires_pusht
 
 pytest.importorskip("distributed")

@@ -20,7 +20,7 @@ from replaybuf_core.cli import main
 from replaybuf_core.formats.diffusion_policy import import_diffusion_policy
 from replaybuf_core.importing import import_dataset
 
-from conftest import kill_when_committed
+from s3_helpers import kill_when_committed
 from replaybuf_core.testing.files import file_digests
 from shared_data import PUSHT, requires_pusht
 

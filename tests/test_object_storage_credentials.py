@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import start_s3_server_process, stop_s3_server_process
+from s3_helpers import start_s3_server_process, stop_s3_server_process
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
 from shared_data import PUSHT

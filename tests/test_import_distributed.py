@@ -93,6 +93,10 @@ def test_the_cli_on_a_running_scheduler(client, serial, tmp_path, capsys):
     assert main(["import", str(PUSHT), str(tmp_path / "x.zarr"), "--scheduler", "tcp://127.0.0.1:1"]) == 2
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in capsys.readouterr().err
     assert not (tmp_path / "x.zarr").exists()
+    assert main(["import", str(PUSHT), str(tmp_path / "x.h5"), "--backend", "hdf5", "--episodes", "0",
+                 "--scheduler", client.scheduler.address]) == 2
+    assert "writes zarr stores only" in capsys.readouterr().err
+    assert not (tmp_path / "x.h5").exists()
 
 
 def test_an_unreadable_source_episode_fails_the_import_by_name(client, tmp_path):

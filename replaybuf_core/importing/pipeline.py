@@ -180,6 +180,10 @@ def import_source(
     """
     t0 = time.perf_counter()
     lossy_quality, fps = check_settings(lossy_quality, image_frames_per_shard)
+    if client is not None and backend != "zarr":
+        raise ValueError(f"an import on a Dask cluster writes zarr stores only (its workers each write their own "
+                         f"objects; a {backend} store takes one writer): use --backend zarr or import without "
+                         "--workers/--scheduler")
     if client is not None and getattr(source, "open_args", None) is None:
         raise ValueError("an import on a Dask cluster needs a source its workers can open again: use "
                          "import_dataset(src, dst, format, client=...)")

@@ -128,7 +128,7 @@ def _plan(rows_per_object, sharded, shape, n):
        st.integers(0, 5000), st.integers(1, 2**20))
 def test_spans_tile_each_key_in_whole_stored_objects(keys, n, span_bytes):
     plans = {f"k{i}": _plan(rows, sharded, (width,), n) for i, (rows, sharded, width) in enumerate(keys)}
-    spans = plan_spans(plans, n, span_bytes)
+    spans = list(plan_spans(plans, n, span_bytes))
     assert [s[1] for s in spans] == sorted(s[1] for s in spans)  # in row order
     for key, (rows, _, _) in zip(plans, keys):
         mine = sorted((a, b) for k, a, b in spans if k == key)

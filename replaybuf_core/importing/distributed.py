@@ -25,10 +25,12 @@ to stop (a ``distributed.Event``) and the running ones are waited for before the
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -53,7 +55,7 @@ _worker_cache: dict[str, Any] = {}  # in each worker process: the open source an
 @dataclass
 class SpanJob:
     """One task: rows ``[start, stop)`` of ``key``; ``episodes`` lists ``(destination episode,
-    source index, first row of the episode)`` of every episode overlapping the span."""
+    source index, first row of the episode, its length)`` of every episode overlapping the span."""
 
     import_id: str
     open_args: tuple[str, str, dict]  # (format name, source path, format options)
@@ -82,18 +84,18 @@ class SpanResult:
     aborted: bool = False
 
 
-def plan_spans(plans: dict[str, KeyPlan], n_steps: int, span_bytes: int = SPAN_BYTES) -> list[tuple[str, int, int]]:
-    """``(key, start, stop)`` of every task: each key's rows cut at multiples of its stored object's
-    rows (shard, else chunk, along axis 0), about ``span_bytes`` of source values a span, in row
-    order across keys (so that the committed prefix grows from the start)."""
-    spans = []
-    for key, p in plans.items():
+def plan_spans(plans: dict[str, KeyPlan], n_steps: int, span_bytes: int = SPAN_BYTES) -> Iterator[tuple[str, int, int]]:
+    """``(key, start, stop)`` of every task, made lazily: each key's rows cut at multiples of its
+    stored object's rows (shard, else chunk, along axis 0), about ``span_bytes`` of source values a
+    span, in row order across keys (so that the committed prefix grows from the start)."""
+    def spans(key: str, p: KeyPlan) -> Iterator[tuple[int, str, int]]:
         obj = int(p.shards[0]) if p.shards else int(p.chunks[0])
         row_bytes = max(1, int(np.prod(p.shape[1:], dtype=np.int64)) * np.dtype(p.src_dtype).itemsize)
         rows = max(1, span_bytes // (obj * row_bytes)) * obj
-        spans.extend((key, a, min(n_steps, a + rows)) for a in range(0, n_steps, rows))
-    spans.sort(key=lambda s: (s[1], s[0]))
-    return spans
+        return ((a, key, min(n_steps, a + rows)) for a in range(0, n_steps, rows))
+
+    for a, key, b in heapq.merge(*(spans(k, p) for k, p in plans.items())):
+        yield key, a, b
 
 
 def _cached(name: str, make):

@@ -93,24 +93,37 @@ class StoreCopying:
         return store
 
     def save_to_path(self, zarr_path: str | os.PathLike, chunks=None, compressors=None,
-                     if_exists: str = "replace", **kwargs: Any) -> Any:
+                     if_exists: str = "replace", client: Any = None, **kwargs: Any) -> Any:
         """Write this buffer to a zarr ``LocalStore`` at ``zarr_path`` (``~`` expanded); returns the
         store.  ``if_exists="replace"`` builds the new store beside an existing one and swaps it in
         at the end; ``"raise"``/``"skip"`` write into it.  Either way the store's writer lock is
         held meanwhile: a store another process is recording into is never touched
-        (``StoreLockedError``), and a failed save leaves the old store as it was."""
+        (``StoreLockedError``), and a failed save leaves the old store as it was.
+
+        ``client`` (a ``distributed.Client``): the data arrays' rows are copied on its cluster, one
+        task per span of whole destination objects (:mod:`replaybuf_core.cluster_copy`), with the
+        same bytes as here.  This buffer must then be at a path or URL the workers reach and the
+        destination a zarr store (``ValueError`` before anything is written otherwise)."""
         backend = kwargs.pop("backend", "zarr")
         self._validate_copy_args(None, chunks, compressors, if_exists)
+        if client is not None:
+            from .cluster_copy import check_cluster_destination, endpoint_of
+
+            endpoint_of(self._store)
+            check_cluster_destination(backend, "a copy")
         if is_object_url(zarr_path):
-            return self._save_to_url(os.fspath(zarr_path), backend, chunks, compressors, if_exists, **kwargs)
+            return self._save_to_url(os.fspath(zarr_path), backend, chunks, compressors, if_exists, client=client,
+                                     **kwargs)
         path = local_path(zarr_path, "save_to_path")
-        self._copy_to_path(path, backend, chunks=chunks, compressors=compressors, if_exists=if_exists, **kwargs)
+        self._copy_to_path(path, backend, chunks=chunks, compressors=compressors, if_exists=if_exists, client=client,
+                           **kwargs)
         dst = registry.get_backend(backend).open(path, read_only=True)
         root = dst.root
         dst.close()
         return getattr(root, "store", root)
 
-    def _save_to_url(self, url: str, backend: str, chunks, compressors, if_exists: str, **kwargs: Any) -> Any:
+    def _save_to_url(self, url: str, backend: str, chunks, compressors, if_exists: str, client: Any = None,
+                     **kwargs: Any) -> Any:
         """save_to_path on object storage: no rename to swap a store in, so the prefix must hold none
         (``FileExistsError`` otherwise, nothing written); data objects go first and
         ``meta/episode_ends`` last, so an interrupted save reads as a store of the committed prefix."""
@@ -127,7 +140,7 @@ class StoreCopying:
                                   "new one in: delete it first or save to another prefix")
         dst = entry.create(url, if_exists="append", **kwargs)
         try:
-            self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists)
+            self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists, client=client)
         finally:
             dst.close()
         saved = entry.open(url, read_only=True, storage_options=options)
@@ -151,7 +164,7 @@ class StoreCopying:
         return type(self)(dst)
 
     def _copy_to_path(self, path: str, backend: str, *, keys=None, chunks=None, compressors=None,
-                      if_exists="replace", **kwargs: Any) -> None:
+                      if_exists="replace", client: Any = None, **kwargs: Any) -> None:
         """Copy into the store at local ``path`` on ``backend``: ``replace`` builds beside it and
         swaps (:func:`~replaybuf_core.replace.build_beside`), the other modes write into it; both
         under its writer lock."""
@@ -160,14 +173,16 @@ class StoreCopying:
             with build_beside(path) as beside:
                 dst = entry.create(os.fspath(beside.path), if_exists="append", **kwargs)
                 try:
-                    self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
+                    self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists,
+                                    client=client)
                 finally:
                     dst.close()
             return
         with holding_lock(path):
             dst = entry.create(path, if_exists="append", **kwargs)
             try:
-                self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists)
+                self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists,
+                                client=client)
             finally:
                 dst.close()
 
@@ -190,7 +205,7 @@ class StoreCopying:
         return keys
 
     def _copy_into(self, dst: StorageBackend, *, keys=None, chunks=None, compressors=None,
-                   if_exists="replace") -> None:
+                   if_exists="replace", client: Any = None) -> None:
         keys = self._validate_copy_args(keys, chunks, compressors, if_exists)
         chunks, compressors = chunks or {}, compressors or {}
         for group in ("data", "meta"):
@@ -214,11 +229,15 @@ class StoreCopying:
             if group == "meta":
                 if key == EPISODE_ENDS:
                     continue
-                copy_array(self._store, "meta", key, dst, "meta", key)
+                if len(self._store.shape("meta", key)) == 0 or CAP_CODECS not in self._store.capabilities:
+                    copy_array(self._store, "meta", key, dst, "meta", key)
+                else:  # per-episode arrays keep their chunks and codec too
+                    ck, codec, shards = self._resolve_layout(key, dst, None, "__source__", group="meta")
+                    copy_array(self._store, "meta", key, dst, "meta", key, chunks=ck, codec=codec, shards=shards)
                 continue
             ck, codec, shards = self._resolve_layout(key, dst, chunks.get(key), compressors.get(key, "__source__"))
             copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps,
-                       chunks=ck, codec=codec, shards=shards)
+                       chunks=ck, codec=codec, shards=shards, client=client)
         for group in ("data", "meta"):  # provenance (e.g. an import's conversions) travels along
             attrs = {k: v for k, v in self._store.get_attrs(group).items() if k != COMMIT_RECORD}
             if attrs:  # (the commit record is written for the destination's own commit, below)
@@ -231,13 +250,13 @@ class StoreCopying:
         write_commit_record(dst, self._n_ep, self.n_steps)
         dst.flush()
 
-    def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any):
+    def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any, group: str = "data"):
         """Chunk resolution: explicit → this buffer's array → ``get_optimal_chunks`` (2 MB target);
         codec: explicit → this buffer's → the "default" preset.  Shards are kept when the chunks are."""
         s = self._store
-        shape, dtype = s.shape("data", key), s.dtype("data", key)
-        src_chunks = s.chunks("data", key) if CAP_CHUNKS in s.capabilities else None
-        src_shards = s.shards("data", key) if CAP_SHARDS in s.capabilities else None
+        shape, dtype = s.shape(group, key), s.dtype(group, key)
+        src_chunks = s.chunks(group, key) if CAP_CHUNKS in s.capabilities else None
+        src_shards = s.shards(group, key) if CAP_SHARDS in s.capabilities else None
         if chunks is not None:
             ck = tuple(int(c) for c in chunks)
         elif src_chunks is not None:
@@ -248,11 +267,11 @@ class StoreCopying:
         if CAP_SHARDS not in dst.capabilities:
             shards = None
         if compressor == "__source__":
-            codec = s.codec("data", key) if CAP_CODECS in s.capabilities else _resolve_compressor("default")
+            codec = s.codec(group, key) if CAP_CODECS in s.capabilities else _resolve_compressor("default")
             accepts = getattr(dst, "accepts_codec", None)
             if codec is not None and callable(accepts) and not accepts(codec):
-                logger.warning("data key %r: the %s backend cannot use the source codec %r; using the "
-                               "'default' preset", key, dst.name, codec)
+                logger.warning("%s key %r: the %s backend cannot use the source codec %r; using the "
+                               "'default' preset", group, key, dst.name, codec)
                 codec = _resolve_compressor("default")
         else:
             codec = _resolve_compressor(compressor)

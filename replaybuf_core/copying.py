@@ -35,11 +35,15 @@ def copy_array(
     codec: Any = None,
     shards: tuple[int, ...] | None = None,
     fill_value: Any = None,
+    client: Any = None,
 ) -> None:
     """Create ``dst_group/dst_name`` in ``dst`` and stream the first ``n_rows`` rows of the source
     into it; memory stays bounded by one block (see :func:`block_rows`).
 
-    0-d arrays (meta scalars) are copied whole.
+    0-d arrays (meta scalars) are copied whole.  With ``client`` (a ``distributed.Client``) the
+    blocks are copied on its cluster, one task each (:mod:`replaybuf_core.cluster_copy`; both stores
+    must be reachable by path or URL, the destination a zarr store: else ValueError before anything
+    is created); the result is the same bit for bit.
     """
     shape = src.shape(src_group, src_name)
     dtype = src.dtype(src_group, src_name)
@@ -48,12 +52,22 @@ def copy_array(
         dst.write(dst_group, dst_name, 0, np.asarray(src.get_array(src_group, src_name)[()]))
         return
     n = shape[0] if n_rows is None else int(n_rows)
+    if client is not None:  # refused before anything is created
+        from .cluster_copy import check_cluster_destination, endpoint_of
+
+        endpoint_of(src)
+        check_cluster_destination(endpoint_of(dst).backend, "a copy")
     dst.create_array(dst_group, dst_name, shape=(n,) + tuple(shape[1:]), dtype=dtype, chunks=chunks,
                      codec=codec, shards=shards, fill_value=fill_value)
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * (dtype.itemsize if dtype != object else 64)
     obj = (shards or chunks or (None,))[0]
     src_chunks = src.chunks(src_group, src_name) if hasattr(src, "chunks") else None
     step = block_rows(row_bytes, obj, src_chunks[0] if src_chunks else None)
+    if client is not None:
+        from .cluster_copy import copy_rows_on_cluster
+
+        copy_rows_on_cluster(client, src, (src_group, src_name), dst, (dst_group, dst_name), n, step)
+        return
     for start in range(0, n, step):
         stop = min(n, start + step)
         dst.write(dst_group, dst_name, start, src.read(src_group, src_name, start, stop))

@@ -37,6 +37,10 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       of ``meta/episode_ends``, so a backend that buffers writes (an
                                       HDF5 file's cache) keeps the "a kill loses at most the episode
                                       in flight" promise.  Absent: every write is already durable
+``location() -> (str, dict | None) | None``  the path or URL (and ``storage_options``) by which
+                                      another process opens this store (Dask workers of
+                                      :mod:`replaybuf_core.cluster_copy`); None: only this process
+                                      reaches it (memory)
 ``lock_path() -> path | None``        directory where writable opens take the writer lock
                                       (:mod:`replaybuf_core.locking`); None: no lock
 ``remove_debris(group) -> list[str]`` delete leftovers of a killed writer that are not arrays

@@ -30,12 +30,15 @@ class ChunkCodecEditing:
         return {k: tuple(self._store.chunks("data", k)) for k in self.keys()}
 
     @_serialized
-    def set_chunks(self, chunks: Mapping[str, tuple[int, ...]]) -> None:
+    def set_chunks(self, chunks: Mapping[str, tuple[int, ...]], client: Any = None) -> None:
         """Rechunk the named arrays (streaming; the new array is written beside the old and swapped).
+        ``client``: a ``distributed.Client`` whose cluster writes the new arrays (see
+        :func:`rechunk_array`).
 
         Raises:
             CapabilityError: backend without chunks.  KeyError: unknown key.
-            ValueError / TypeError: chunk tuples rejected by :func:`check_chunks_compatible`.
+            ValueError / TypeError: chunk tuples rejected by :func:`check_chunks_compatible`; with
+            ``client``, a store the workers cannot reach or write (nothing changed).
         """
         self._require_cap(CAP_CHUNKS, "set_chunks")
         self._require_writable()
@@ -45,7 +48,7 @@ class ChunkCodecEditing:
             check_chunks_compatible(ck, self._store.shape("data", key))
         for key, ck in chunks.items():
             if tuple(ck) != tuple(self._store.chunks("data", key)):
-                rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck))
+                rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck), client=client)
 
     def get_compressors(self) -> dict[str, Any]:
         """key → codec (compressor, or the serializer such as WebP for image arrays; None if none)."""
@@ -53,10 +56,12 @@ class ChunkCodecEditing:
         return {k: self._store.codec("data", k) for k in self.keys()}
 
     @_serialized
-    def set_compressors(self, compressors: Mapping[str, Any]) -> None:
-        """Recompress the named arrays (preset names or codecs), keeping their chunks.
+    def set_compressors(self, compressors: Mapping[str, Any], client: Any = None) -> None:
+        """Recompress the named arrays (preset names or codecs), keeping their chunks; ``client`` as
+        for :meth:`set_chunks`.
 
-        Raises: CapabilityError, KeyError (unknown key), ValueError (unknown preset name)."""
+        Raises: CapabilityError, KeyError (unknown key), ValueError (unknown preset name; with
+        ``client``, a store the workers cannot reach or write)."""
         self._require_cap(CAP_CODECS, "set_compressors")
         self._require_writable()
         resolved = {}
@@ -66,7 +71,7 @@ class ChunkCodecEditing:
             resolved[key] = _resolve_compressor(c)
         for key, codec in resolved.items():
             if not _same_codec(self._store, key, codec):
-                rechunk_array(self._store, "data", key, codec=codec)
+                rechunk_array(self._store, "data", key, codec=codec, client=client)
 
 
 def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:
@@ -81,14 +86,17 @@ _KEEP = object()
 
 
 def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple[int, ...] | None = None,
-                  codec: Any = _KEEP, shards: Any = _KEEP, tmp_key: str = "_temp") -> None:
+                  codec: Any = _KEEP, shards: Any = _KEEP, tmp_key: str = "_temp", client: Any = None) -> None:
     """Rewrite ``group/name`` with new chunks and/or codec: stream into ``<tmp_key>.<name>`` beside it,
     then swap (old → ``<tmp_key>_old.<name>``, new → name, delete old), so a failure midway loses
     nothing; a process killed midway leaves temps that :func:`replaybuf_core.recovery.recover` (run
     by the next open) rolls back or deletes.
 
     ``chunks=None`` keeps the current chunks; ``codec``/``shards`` default to the current ones (shards
-    are dropped when the new chunk length does not divide them).
+    are dropped when the new chunk length does not divide them).  ``client`` (a
+    ``distributed.Client``): the new array's rows are written on its cluster, one task per span of
+    whole new objects (:mod:`replaybuf_core.cluster_copy`), with the same bytes as here; the store
+    must be a zarr store at a path or URL the workers reach (ValueError, nothing changed, otherwise).
     """
     old_chunks = tuple(store.chunks(group, name))
     new_chunks = tuple(chunks) if chunks is not None else old_chunks
@@ -99,12 +107,17 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
         shards = store.shards(group, name) if CAP_SHARDS in store.capabilities else None
         if shards is not None and any(s % c for s, c in zip(shards, new_chunks)):
             shards = None
+    if client is not None:  # refused before anything is written
+        from .cluster_copy import check_cluster_destination, endpoint_of
+
+        check_cluster_destination(endpoint_of(store).backend, "a rechunk")
     tmp_key, backup = temp_names(name, tmp_key)  # the names say whose temps they are (recovery)
     for stale in (tmp_key, backup):
         if store.has_array(group, stale):
             store.delete_array(group, stale)
     try:
-        copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards)
+        copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards,
+                   client=client)
     except BaseException:
         if store.has_array(group, tmp_key):  # else it shows up as a data key
             store.delete_array(group, tmp_key)

@@ -13,24 +13,19 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from .cluster_tasks import TaskWindow, worker_resource
 from .stats import KeySummary, finish, plan_blocks, summarize_blocks
 
 __all__ = ["summarize_on_cluster", "cluster_summarizer"]
 
-_open: dict[str, Any] = {}  # in each worker: the buffer of the current pass
-
-
-def _summarize_task(token: str, location: str, storage_options: dict | None, backend: str | None, jobs: list,
-                    empty: dict[str, tuple[str, tuple, bool]]) -> tuple[dict, dict]:
+def _summarize_task(job: tuple) -> tuple[dict, dict]:
     from .buffer import ReplayBuffer
 
-    for name in [n for n in _open if n != token]:
-        _open.pop(name).close()
-    rb = _open.get(token)
-    if rb is None:
-        rb = _open[token] = ReplayBuffer.create_from_path(location, backend=backend, storage_options=storage_options)
-    out = {key: KeySummary(*spec) for key, spec in empty.items()}
-    parts = summarize_blocks(rb, jobs, out)
+    _, token, location, storage_options, backend, block, spec = job  # (block number, ...)
+    rb = worker_resource(token, "buffer", lambda: ReplayBuffer.create_from_path(
+        location, backend=backend, storage_options=storage_options))
+    out = {block[0]: KeySummary(*spec)}
+    parts = summarize_blocks(rb, [block], out)
     return {k: (s.hist if s.hist is not None else s.sketch) for k, s in out.items()}, parts
 
 
@@ -41,28 +36,26 @@ def summarize_on_cluster(client: Any, location: str, buffer: Any, keys: Sequence
 
     Raises what a task raises (an unreadable chunk, named by the backend).
     """
-    out, jobs = plan_blocks(buffer, keys, first, stop)
-    if not jobs:
+    out, blocks = plan_blocks(buffer, keys, first, stop)
+    if not blocks:
         finish(out, {})
         return out
     token = uuid.uuid4().hex
     specs = {k: (s.kind, s.shape, s.exact) for k, s in out.items()}
-    futures = [client.submit(_summarize_task, token, location, storage_options, backend, [job],
-                             {job[0]: specs[job[0]]}, pure=False, key=f"replaybuf-stats-{i}-{token}")
-               for i, job in enumerate(jobs)]
-    parts: dict[str, list] = {k: [] for k in out}
-    try:
-        for fut in futures:  # in block order: the segments of an episode stay in order
-            counts, task_parts = fut.result()
+    jobs = ((i, token, location, storage_options, backend, block, specs[block[0]]) for i, block in enumerate(blocks))
+    done: dict[int, dict] = {}
+    with TaskWindow(client, _summarize_task, jobs, "replaybuf-stats") as results:
+        for job, (counts, task_parts) in results:
             for key, c in counts.items():
                 if out[key].hist is not None:
                     out[key].hist += c
                 else:
                     out[key].sketch.merge(c)
-                parts[key].extend(task_parts.get(key, []))
-    except BaseException:
-        client.cancel(futures)
-        raise
+            done[job[0]] = task_parts
+    parts: dict[str, list] = {k: [] for k in out}
+    for i in sorted(done):  # in block order: the segments of an episode stay in order
+        for key, p in done[i].items():
+            parts[key].extend(p)
     finish(out, parts)
     return out
 

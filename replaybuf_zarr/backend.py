@@ -504,6 +504,17 @@ class ZarrBackend:
         """The directory of a ``LocalStore`` root (where the writer lock goes), else None."""
         return _local_root(self._root.store)
 
+    def location(self) -> tuple[str, dict | None] | None:
+        """``(path or URL, storage_options)`` another process opens this store by (Dask workers);
+        None for a store in memory or in a ``.zip``."""
+        from .object_store import store_options, store_url
+
+        sub, local = self._root.path, _local_root(self._root.store)
+        if local is not None:
+            return str(local / sub if sub else local), None
+        url = store_url(self._root.store)
+        return None if url is None else (f"{url}/{sub}" if sub else url, store_options(self._root.store))
+
     def acquire_writer_lease(self) -> Any:
         """On object storage, the writer's lease (:mod:`.object_store`; ``.release()`` drops it),
         else None.  Raises StoreLockedError naming the holder of a foreign lease."""

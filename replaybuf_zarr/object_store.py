@@ -34,7 +34,7 @@ from replaybuf_core.errors import StoreLockedError
 from replaybuf_core.locations import is_object_url
 
 __all__ = ["open_object_store", "Lease", "acquire_lease", "break_lease", "release_all_leases", "LEASE_NAME",
-           "store_url"]
+           "store_url", "store_options"]
 
 LEASE_NAME = ".replaybuf.lease"
 logger = logging.getLogger(__name__)
@@ -68,12 +68,18 @@ def open_object_store(url: str, *, read_only: bool, storage_options: dict | None
         raise ValueError(f"{url}: cannot configure the object store: {type(exc).__name__}: {exc}") from exc
     store = ObjectStore(inner, read_only=read_only)
     store.replaybuf_url = url.rstrip("/")
+    store.replaybuf_storage_options = dict(storage_options) if storage_options else None
     return store
 
 
 def store_url(store: Any) -> str | None:
     """The URL a store of :func:`open_object_store` was opened at, else None."""
     return getattr(store, "replaybuf_url", None)
+
+
+def store_options(store: Any) -> dict | None:
+    """The ``storage_options`` a store of :func:`open_object_store` was opened with, else None."""
+    return getattr(store, "replaybuf_storage_options", None)
 
 
 def describe_failure(url: str, store: Any, exc: Exception) -> Exception:

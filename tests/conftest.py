@@ -182,3 +182,16 @@ def s3_server():
                 os.environ[k] = v
         stop_s3_server_process(proc)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Dask: one local cluster of two worker processes per test session (imports, copies, rechunks and
+# statistics on a cluster; test_import_distributed.py, test_cluster_copy.py).
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def client():
+    pytest.importorskip("distributed")
+    from replaybuf_core.cluster import cluster_client
+
+    with cluster_client(workers=2) as c:
+        yield c

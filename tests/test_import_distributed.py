@@ -1,8 +1,9 @@
 """Imports on a Dask cluster (``import_dataset(..., client=)``, ``replaybuf import --workers N`` /
-``--scheduler ADDRESS``): a local cluster of two worker processes for the module.
+``--scheduler ADDRESS``): a local cluster of two worker processes for the session (conftest).
 
 What is checked, and against what: every object the distributed import writes has the bytes the
-serial import writes (its directory read file by file); a worker SIGKILLed mid-run changes nothing
+serial import writes (its directory read file by file), from diffusion-policy and from LeRobot
+(videos whose spans start mid-episode); a worker SIGKILLed mid-run changes nothing
 of that; a source episode that cannot be read fails the import naming it, with nothing left; the
 spans of the plan tile every key's rows in whole stored objects (a hypothesis model).
 """
@@ -26,18 +27,10 @@ from replaybuf_core.importing.distributed import plan_spans
 from replaybuf_core.importing.plan import KeyPlan
 from replaybuf_core.testing.files import file_digests
 from s3_helpers import kill_when_committed
-from shared_data import PUSHT, requires_pusht
+from shared_data import LEROBOT_V3_2CAM, PUSHT, requires_pusht, requires_v3_2cam
 
 pytest.importorskip("distributed")
 EPISODES = "0:30"  # 3,700 steps of Push-T: 15 frame shards, so both workers write several
-
-
-@pytest.fixture(scope="module")
-def client():
-    from replaybuf_core.cluster import cluster_client
-
-    with cluster_client(workers=2) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +51,29 @@ def test_the_distributed_import_is_the_serial_one_bit_for_bit(client, serial, tm
     assert sorted(got) == sorted(serial)
     assert [p for p in got if got[p] != serial[p]] == []
     assert not [p for p in os.listdir(tmp_path) if p != "pusht.zarr"]  # no build left beside it
+
+
+@requires_v3_2cam
+def test_a_lerobot_import_on_the_cluster_is_the_serial_one_bit_for_bit(client, tmp_path, monkeypatch):
+    """The v3 fixture (AV1 and H.264 with B-frames, episodes spread over several files) in spans of
+    one 32-frame shard each: most spans start mid-episode, and their tasks seek into the videos."""
+    pytest.importorskip("av")
+    from replaybuf_core.importing import distributed
+
+    serial = tmp_path / "serial.zarr"
+    assert import_dataset(LEROBOT_V3_2CAM, serial, "lerobot", progress=False, image_frames_per_shard=32).ok
+    monkeypatch.setattr(distributed, "SPAN_BYTES", 1)  # one stored object a span
+    spread = tmp_path / "spread.zarr"
+    report = import_dataset(LEROBOT_V3_2CAM, spread, "lerobot", progress=False, image_frames_per_shard=32,
+                            client=client)
+    assert report.ok, report.problems
+    want, got = file_digests(serial), file_digests(spread)
+    assert sorted(got) == sorted(want)
+    assert [p for p in want if got[p] != want[p]] == []
+    with ReplayBuffer.create_from_path(spread) as rb:
+        starts = set(np.r_[0, rb.episode_ends[:-1]].tolist())
+    inside = [a for a in range(0, int(rb.episode_ends[-1]), 32) if a not in starts]
+    assert len(inside) >= 20  # spans that start mid-episode (of 27 frame spans per camera)
 
 
 @requires_pusht

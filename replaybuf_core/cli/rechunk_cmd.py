@@ -3,6 +3,8 @@ rechunk / recompress of ``ReplayBuffer.set_chunks`` / ``set_compressors`` from t
 
 from __future__ import annotations
 
+from ..cluster import add_cluster_arguments, client_for
+
 
 def register(sub) -> None:
     """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
@@ -17,6 +19,7 @@ def register(sub) -> None:
                    help="steps per chunk for KEY (repeatable)")
     p.add_argument("--compressor", action="append", default=[], metavar="KEY=PRESET",
                    help="compressor preset for KEY: default (Blosc lz4), disk (Blosc zstd), none (repeatable)")
+    add_cluster_arguments(p, "rewrite the keys")
     p.set_defaults(func=run)
 
 
@@ -43,7 +46,7 @@ def run(args) -> int:
 
     if not args.chunk_length and not args.compressor:
         raise ValueError("nothing to do: give --chunk-length KEY=N and/or --compressor KEY=PRESET")
-    with ReplayBuffer(args.path) as rb:
+    with ReplayBuffer(args.path) as rb, client_for(args) as client:
         keys = rb.keys()
         frames = frame_keys(rb)
         # '*' leaves camera frames alone (their image codec fixes their chunks); name one to change it
@@ -62,9 +65,9 @@ def run(args) -> int:
         order = sorted(set(chunks) | set(codecs), key=lambda k: (k not in frames, k))
         for k in order:
             if k in chunks:
-                rb.set_chunks({k: chunks[k]})
+                rb.set_chunks({k: chunks[k]}, client=client)
             if k in codecs:
-                rb.set_compressors({k: codecs[k]})
+                rb.set_compressors({k: codecs[k]}, client=client)
         for k in sorted(set(chunks) | set(codecs)):
             print(f"{k}: chunks {tuple(rb.store.chunks('data', k))}, codec {describe_codec(rb.store.codec('data', k))}")
     return 0

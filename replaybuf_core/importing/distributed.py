@@ -20,13 +20,13 @@ The plan (issue "Beyond one machine"):
 Tasks are idempotent: a retried task (its worker was killed; the scheduler runs it again elsewhere)
 writes the same objects with the same bytes.  A task that fails (a source episode that cannot be
 read) fails the import with its error, which names the episode; the tasks not yet started are told
-to stop (a ``distributed.Event``) and the running ones are waited for before the build is removed.
+to stop and the running ones are waited for before the build is removed
+(:class:`~replaybuf_core.cluster_tasks.TaskWindow`).
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
+from ..cluster_tasks import TaskWindow, worker_resource
 from .check import Checker, psnr_db, same_bits
 from .plan import KeyPlan
 from .uint8_exact import as_uint8_if_lossless, first_bad_value
@@ -44,12 +45,8 @@ __all__ = ["SpanJob", "plan_spans", "write_span", "stream_on_cluster", "SPAN_BYT
 
 #: Source bytes of one task's span (at least one stored object of its key).
 SPAN_BYTES = 32 * 2**20
-#: Tasks submitted ahead per worker (the rest wait on the client).
-IN_FLIGHT_PER_WORKER = 4
 #: Seconds between commits of ``meta/episode_ends`` while spans complete.
 COMMIT_INTERVAL = 0.25
-
-_worker_cache: dict[str, Any] = {}  # in each worker process: the open source and destination
 
 
 @dataclass
@@ -69,7 +66,6 @@ class SpanJob:
     convert: bool
     dtype: str
     lossy: bool
-    abort: str | None = None
 
 
 @dataclass
@@ -81,13 +77,16 @@ class SpanResult:
     first_bad: int | None = None
     episode_sse: dict[int, tuple[float, int]] = field(default_factory=dict)
     not_lossless: tuple[str, int, int, str] | None = None
-    aborted: bool = False
 
 
-def plan_spans(plans: dict[str, KeyPlan], n_steps: int, span_bytes: int = SPAN_BYTES) -> Iterator[tuple[str, int, int]]:
+def plan_spans(plans: dict[str, KeyPlan], n_steps: int, span_bytes: int | None = None
+               ) -> Iterator[tuple[str, int, int]]:
     """``(key, start, stop)`` of every task, made lazily: each key's rows cut at multiples of its
-    stored object's rows (shard, else chunk, along axis 0), about ``span_bytes`` of source values a
-    span, in row order across keys (so that the committed prefix grows from the start)."""
+    stored object's rows (shard, else chunk, along axis 0), about ``span_bytes`` (default
+    :data:`SPAN_BYTES`) of source values a span, in row order across keys (so that the committed
+    prefix grows from the start)."""
+    span_bytes = SPAN_BYTES if span_bytes is None else int(span_bytes)
+
     def spans(key: str, p: KeyPlan) -> Iterator[tuple[int, str, int]]:
         obj = int(p.shards[0]) if p.shards else int(p.chunks[0])
         row_bytes = max(1, int(np.prod(p.shape[1:], dtype=np.int64)) * np.dtype(p.src_dtype).itemsize)
@@ -98,34 +97,15 @@ def plan_spans(plans: dict[str, KeyPlan], n_steps: int, span_bytes: int = SPAN_B
         yield key, a, b
 
 
-def _cached(name: str, make):
-    value = _worker_cache.get(name)
-    if value is None:
-        value = _worker_cache[name] = make()
-    return value
-
-
 def _open_destination(job: SpanJob):
-    # one import at a time per worker: a new import id closes what the previous one opened
-    for name in [n for n in _worker_cache if n.startswith("dst:") and n != f"dst:{job.import_id}"]:
-        _worker_cache.pop(name).close()
     options = {"storage_options": job.storage_options} if job.storage_options else {}
-    return _cached(f"dst:{job.import_id}",
-                   lambda: registry.get_backend(job.backend).open(job.dst, read_only=False, **options))
+    return worker_resource(job.import_id, "dst", lambda: registry.get_backend(job.backend).open(
+        job.dst, read_only=False, **options))
 
 
 def _open_source(job: SpanJob):
     fmt, path, options = job.open_args
-    name = f"src:{fmt}:{path}:{sorted(options.items())!r}"
-    return _cached(name, lambda: registry.get_format(fmt).open(path, **options))
-
-
-def _aborted(job: SpanJob) -> bool:
-    if job.abort is None:
-        return False
-    from ..cluster import distributed_module
-
-    return distributed_module().Event(job.abort).is_set()
+    return worker_resource(job.import_id, "src", lambda: registry.get_format(fmt).open(path, **options))
 
 
 def write_span(job: SpanJob) -> SpanResult:
@@ -135,9 +115,6 @@ def write_span(job: SpanJob) -> SpanResult:
     for an episode that gives fewer rows than its length.
     """
     result = SpanResult(job.key, job.start, job.stop)
-    if _aborted(job):
-        result.aborted = True
-        return result
     source, dst = _open_source(job), _open_destination(job)
     dtype = np.dtype(job.dtype)
     pieces: list[tuple[int, np.ndarray]] = []
@@ -210,15 +187,11 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
         what a task raised (a source episode that cannot be read, named), after the other tasks
         were stopped.
     """
-    from ..cluster import distributed_module
-
-    distributed = distributed_module()
     lengths = np.asarray(source.episode_lengths, dtype=np.int64)[indices]
     ends = np.cumsum(lengths)
     firsts = ends - lengths
     bounds = [(ep, int(firsts[ep]), int(ends[ep])) for ep in range(len(indices))]
     import_id = uuid.uuid4().hex
-    abort = f"replaybuf-import-abort-{import_id}"
 
     def jobs():  # made as they are submitted: a long import has millions of spans
         for key, a, b in plan_spans(plans, n_steps):
@@ -227,17 +200,7 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
             eps = [(ep, int(indices[ep]), int(firsts[ep]), int(lengths[ep])) for ep in range(lo, hi)]
             p = plans[key]
             yield SpanJob(import_id, open_args, dst, backend, storage_options, key, a, b, eps, p.converted,
-                          p.dtype.str, p.lossy, abort)
-
-    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
-    queue = jobs()
-    futures: list = []
-
-    def submit(n: int) -> list:
-        new = [client.submit(write_span, job, key=f"replaybuf-span-{job.key}-{job.start}-{import_id}", pure=False)
-               for job in itertools.islice(queue, n)]
-        futures.extend(new)
-        return new
+                          p.dtype.str, p.lossy)
 
     checker = Checker(rb.store, plans)
     checker.whole, checker.pending = {}, {}  # the tasks check every row
@@ -246,42 +209,34 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
     committed, last_commit = 0, 0.0
     episode_sse: dict[str, dict[int, list]] = {k: {} for k, p in plans.items() if p.lossy}
     bar = None
+    window = TaskWindow(client, write_span, jobs(), "replaybuf-import-span")
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=n_steps, unit="step", desc=f"importing on {n_workers} workers")
+        bar = tqdm(total=n_steps, unit="step", desc=f"importing on {window.n_workers} workers")
     try:
-        # a bounded number of tasks in flight: the scheduler holds a window, not millions of spans,
-        # and the committed prefix grows from the start
-        pending = distributed.as_completed(submit(IN_FLIGHT_PER_WORKER * n_workers))
-        for fut in pending:
-            for new in submit(1):
-                pending.add(new)
-            r: SpanResult = fut.result()  # a task's error is raised here
-            futures.remove(fut)  # done: its result is released on the cluster
-            if r.not_lossless is not None:
-                raise NotLossless(*r.not_lossless)
-            checker.problems.extend(r.problems)
-            if r.first_bad is not None and r.key not in checker.first_bad:
-                checker.first_bad[r.key] = r.first_bad
-            for ep, (e, n) in r.episode_sse.items():
-                acc = episode_sse[r.key].setdefault(ep, [0.0, 0])
-                acc[0] += e
-                acc[1] += n
-            ahead[r.key][r.start] = r.stop
-            while prefix[r.key] in ahead[r.key]:
-                prefix[r.key] = ahead[r.key].pop(prefix[r.key])
-            row = min(prefix.values())
-            k = int(np.searchsorted(ends, row, side="right"))
-            now = time.monotonic()
-            if k > committed and (now - last_commit >= COMMIT_INTERVAL or k == len(ends)):
-                rb._commit_episode_ends(ends[committed:k])
-                if bar is not None:
-                    bar.update(int(ends[k - 1]) - (int(ends[committed - 1]) if committed else 0))
-                committed, last_commit = k, now
-    except BaseException:
-        _stop(client, distributed, futures, abort)
-        raise
+        with window as results:
+            for _, r in results:
+                if r.not_lossless is not None:
+                    raise NotLossless(*r.not_lossless)
+                checker.problems.extend(r.problems)
+                if r.first_bad is not None and r.key not in checker.first_bad:
+                    checker.first_bad[r.key] = r.first_bad
+                for ep, (e, n) in r.episode_sse.items():
+                    acc = episode_sse[r.key].setdefault(ep, [0.0, 0])
+                    acc[0] += e
+                    acc[1] += n
+                ahead[r.key][r.start] = r.stop
+                while prefix[r.key] in ahead[r.key]:
+                    prefix[r.key] = ahead[r.key].pop(prefix[r.key])
+                row = min(prefix.values())
+                k = int(np.searchsorted(ends, row, side="right"))
+                now = time.monotonic()
+                if k > committed and (now - last_commit >= COMMIT_INTERVAL or k == len(ends)):
+                    rb._commit_episode_ends(ends[committed:k])
+                    if bar is not None:
+                        bar.update(int(ends[k - 1]) - (int(ends[committed - 1]) if committed else 0))
+                    committed, last_commit = k, now
     finally:
         if bar is not None:
             bar.close()
@@ -289,13 +244,3 @@ def stream_on_cluster(client: Any, source: Any, rb: Any, plans: dict[str, KeyPla
         checker.sse[key] = sum(e for e, _ in per_episode.values())
         checker.worst[key] = min((psnr_db(e, n) for e, n in per_episode.values()), default=float("inf"))
     return checker, bounds
-
-
-def _stop(client: Any, distributed: Any, futures: list, abort: str) -> None:
-    """Tell the tasks not yet started to stop, and wait for the running ones (they write into the
-    build, which the caller removes next)."""
-    try:
-        distributed.Event(abort, client=client).set()
-        distributed.wait(futures, timeout=120)
-    except Exception:  # noqa: BLE001 - best effort: the original error is what the caller raises
-        pass

@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import registry
 from ..buffer import ReplayBuffer
+from ..cluster_copy import check_cluster_destination
 from ..codec_names import describe_codec
 from ..interrupts import deferred_sigint
 from ..prefetch import prefetch
@@ -180,10 +181,8 @@ def import_source(
     """
     t0 = time.perf_counter()
     lossy_quality, fps = check_settings(lossy_quality, image_frames_per_shard)
-    if client is not None and backend != "zarr":
-        raise ValueError(f"an import on a Dask cluster writes zarr stores only (its workers each write their own "
-                         f"objects; a {backend} store takes one writer): use --backend zarr or import without "
-                         "--workers/--scheduler")
+    if client is not None:
+        check_cluster_destination(backend, "an import")
     if client is not None and getattr(source, "open_args", None) is None:
         raise ValueError("an import on a Dask cluster needs a source its workers can open again: use "
                          "import_dataset(src, dst, format, client=...)")

@@ -255,6 +255,26 @@ class LeRobotSource(Source):
     def iter_parts(self, index: int, keys: list[str], max_rows: int) -> Iterator[dict[str, np.ndarray]]:
         if not 0 <= index < len(self._episodes):
             raise IndexError(f"episode {index} out of range: {self.path} has {len(self._episodes)} episodes")
+        return self._rows(index, keys, 0, self._episodes[index].length, max_rows)
+
+    def read_rows(self, index: int, keys: list[str], start: int, stop: int) -> dict[str, np.ndarray]:
+        """Steps ``[start, stop)`` of episode ``index``: the parquet rows sliced, the frames decoded
+        from the keyframe at or before row ``start``'s frame (a seek), not from the episode's start.
+
+        Raises IndexError for a bad episode or range; what :meth:`iter_parts` raises."""
+        if not 0 <= index < len(self._episodes):
+            raise IndexError(f"episode {index} out of range: {self.path} has {len(self._episodes)} episodes")
+        n = self._episodes[index].length
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"episode {index}: rows [{start}, {stop}) are not within its {n} rows")
+        parts = list(self._rows(index, keys, start, stop, max(1, stop - start)))
+        return parts[0] if len(parts) == 1 else {k: np.zeros((0,) + self.keys[k].shape, self.keys[k].dtype)
+                                                 for k in keys}
+
+    def _rows(self, index: int, keys: list[str], first: int, stop: int, max_rows: int
+              ) -> Iterator[dict[str, np.ndarray]]:
+        """Rows ``[first, stop)`` of episode ``index`` in parts of at most ``max_rows``; the videos are
+        asked for those rows' frames only."""
         ep = self._episodes[index]
         cams = [k for k in keys if k in self._cameras]
         need = [k for k in keys if k in self._columns or k in self._images]
@@ -264,17 +284,18 @@ class LeRobotSource(Source):
         for cam in cams:
             reader = self._reader(cam, ep.videos[cam][0])
             times, hint = self._query_times(ep, cam, reader, rows["timestamp"].astype(np.float64))
-            gens[cam] = reader.frames(times, ep.index, max_rows, hint)
-        for start in range(0, ep.length, max_rows):
-            stop = min(ep.length, start + max_rows)
-            part = {k: rows[k][start:stop] for k in keys if k in self._columns}
+            gens[cam] = reader.frames(times[first:stop], ep.index, max_rows, hint, first_row=first,
+                                      previous=float(times[first - 1]) if first else None)
+        for start in range(first, stop, max_rows):
+            end = min(stop, start + max_rows)
+            part = {k: rows[k][start:end] for k in keys if k in self._columns}
             for k in keys:
                 if k in self._images:
                     where = f"{ep.data_file} (episode {ep.index}, row {start})"
-                    part[k] = np.stack([decode_image(b, k, where) for b in rows[k][start:stop]])
+                    part[k] = np.stack([decode_image(b, k, where) for b in rows[k][start:end]])
             for cam, gen in gens.items():
                 block = next(gen, None)
-                if block is None or len(block) != stop - start:  # pragma: no cover - frames() raises first
+                if block is None or len(block) != end - start:  # pragma: no cover - frames() raises first
                     raise ValueError(f"episode {ep.index}, camera {cam}: the video gave too few frames")
                 want = self.keys[cam].shape
                 if block.shape[1:] != want:

@@ -97,10 +97,14 @@ class VideoReader:
             raise VideoMismatchError(f"episode {episode}, camera {self.camera}, row {row}: decoding {self.path} "
                                      f"failed: {exc}") from exc
 
-    def frames(self, times: np.ndarray, episode: int, max_rows: int, hint: str = "") -> Iterator[np.ndarray]:
+    def frames(self, times: np.ndarray, episode: int, max_rows: int, hint: str = "",
+               first_row: int = 0, previous: float | None = None) -> Iterator[np.ndarray]:
         """The frames of the rows whose query times (seconds, strictly increasing) are ``times``, in
-        arrays of at most ``max_rows`` frames.  Raises VideoMismatchError (see the module docstring),
-        with ``hint`` appended when the frames do not match."""
+        arrays of at most ``max_rows`` frames.  A read may start mid-episode: ``times[0]`` is row
+        ``first_row`` of the episode (for messages), and ``previous`` the query time of the row
+        before it (a frame skipped between the two is an extra frame, as in a whole read).  Raises
+        VideoMismatchError (see the module docstring), with ``hint`` appended when the frames do not
+        match."""
         times = [float(t) for t in np.asarray(times, dtype=np.float64)]
         n = len(times)
         if n == 0:
@@ -113,32 +117,37 @@ class VideoReader:
         i = 0
         block: list[np.ndarray] = []
         while i < n:
-            frame = self._next(episode, i)
+            frame = self._next(episode, first_row + i)
             if frame is None:
-                raise VideoMismatchError(self._ended_message(episode, i, times) + hint)
+                raise VideoMismatchError(self._ended_message(episode, i, times, first_row) + hint)
             if frame.pts is None:
                 raise VideoMismatchError(f"episode {episode}, camera {self.camera}: {self.path} has a frame "
-                                         f"without a presentation time (row {i})")
+                                         f"without a presentation time (row {first_row + i})")
             t = float(frame.pts * self._tb)
             if t <= self._last_time:
                 raise VideoMismatchError(f"episode {episode}, camera {self.camera}: frame times of {self.path} "
-                                         f"do not increase ({self._last_time!r} s then {t!r} s, at row {i})")
+                                         f"do not increase ({self._last_time!r} s then {t!r} s, at row {first_row + i})")
             if abs(t - times[i]) > tol and (i == 0 or t - times[i - 1] > times[i] - t) and \
                     (i + 1 == n or times[i + 1] - t > t - times[i]) and not (i == 0 and t < times[0]):
                 raise VideoMismatchError(
-                    f"episode {episode}, camera {self.camera}, row {i}: its frame in {self.path} is at {t!r} s, "
+                    f"episode {episode}, camera {self.camera}, row {first_row + i}: its frame in {self.path} is at {t!r} s, "
                     f"{t - times[i]:+.3g} s from the row's time {times[i]!r} s (tolerance {tol} s)" + hint)
             if t < times[i] - tol:
-                if i == 0:  # decoding from the keyframe before the episode's first frame
+                if i == 0 and (previous is None or t <= previous + tol):  # from the keyframe before row 0
                     self._last_time = t
                     continue
+                if i == 0:
+                    raise VideoMismatchError(
+                        f"episode {episode}, camera {self.camera}, row {first_row}: an extra frame at {t!r} s sits "
+                        f"between rows {first_row - 1} ({previous!r} s) and {first_row} ({times[0]!r} s) in "
+                        f"{self.path} (tolerance {tol} s)" + hint)
                 raise VideoMismatchError(
-                    f"episode {episode}, camera {self.camera}, row {i}: an extra frame at {t!r} s sits between "
-                    f"rows {i - 1} ({times[i - 1]!r} s) and {i} ({times[i]!r} s) in {self.path} (tolerance "
+                    f"episode {episode}, camera {self.camera}, row {first_row + i}: an extra frame at {t!r} s sits between "
+                    f"rows {first_row + i - 1} ({times[i - 1]!r} s) and {first_row + i} ({times[i]!r} s) in {self.path} (tolerance "
                     f"{tol} s)" + hint)
             if t > times[i] + tol:
                 raise VideoMismatchError(
-                    f"episode {episode}, camera {self.camera}, row {i}: no frame at the row's time {times[i]!r} s "
+                    f"episode {episode}, camera {self.camera}, row {first_row + i}: no frame at the row's time {times[i]!r} s "
                     f"(the next frame of {self.path} is at {t!r} s; tolerance {tol} s)" + hint)
             self._last_time = t
             try:
@@ -152,10 +161,11 @@ class VideoReader:
         if block:
             yield np.stack(block)
 
-    def _ended_message(self, episode: int, i: int, times: np.ndarray) -> str:
+    def _ended_message(self, episode: int, i: int, times: np.ndarray, first_row: int = 0) -> str:
         last = f"{self._last_time!r} s" if self._last_time > -math.inf else "before the first row"
-        return (f"episode {episode}, camera {self.camera}, row {i}: {self.path} ends (last frame at {last}) but "
-                f"rows {i}..{len(times) - 1} ({times[i]!r} s .. {times[-1]!r} s) have no frame")
+        return (f"episode {episode}, camera {self.camera}, row {first_row + i}: {self.path} ends (last frame at "
+                f"{last}) but rows {first_row + i}..{first_row + len(times) - 1} ({times[i]!r} s .. {times[-1]!r} s) "
+                "have no frame")
 
     def close(self) -> None:
         """Close the file (the reader cannot be used afterwards)."""

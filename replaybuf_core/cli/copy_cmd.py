@@ -1,0 +1,47 @@
+"""``replaybuf copy SRC DST``: a store copied to another path or URL (e.g. to or from a bucket), with
+its chunks, codecs, shards, meta arrays and attributes — on this machine or a Dask cluster."""
+
+from __future__ import annotations
+
+from ..cluster import add_cluster_arguments, client_for
+
+
+def register(sub) -> None:
+    """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
+    p = sub.add_parser("copy", help="copy a store to another path or URL (crash-safe)",
+                       description="Copy the store SRC (a path or an s3:// gs:// az:// URL) to DST, keeping its "
+                                   "chunks, codecs, shards, meta arrays and attributes.  A local DST is built "
+                                   "beside and swapped in once complete; a DST URL must hold no store (object "
+                                   "stores have no rename) and is written data first, meta/episode_ends last.")
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dst", metavar="DST")
+    p.add_argument("--backend", default="zarr", metavar="NAME", help="backend of DST (default zarr)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at a local DST")
+    add_cluster_arguments(p, "copy")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused).
+
+    Raises (shown by the CLI, exit 2): FileExistsError for an existing DST without ``--overwrite``;
+    ValueError for DST being SRC, or (``--workers``/``--scheduler``) a DST backend other than zarr.
+    """
+    import os
+
+    from ..buffer import ReplayBuffer
+    from ..cluster_copy import check_cluster_destination
+    from ..locations import is_object_url, local_path
+
+    if (args.workers is not None or args.scheduler is not None):
+        check_cluster_destination(args.backend, "a copy")
+    if not is_object_url(args.dst):
+        dst = local_path(args.dst, "copy destination")
+        if not is_object_url(args.src) and os.path.realpath(local_path(args.src, "copy source")) == os.path.realpath(dst):
+            raise ValueError(f"DST {args.dst} is SRC: copy to another path")
+        if os.path.lexists(dst) and not args.overwrite:
+            raise FileExistsError(f"{dst} exists: pass --overwrite to replace it")
+    with ReplayBuffer.create_from_path(args.src) as rb, client_for(args) as client:
+        rb.save_to_path(args.dst, backend=args.backend, client=client)
+        print(f"copied {args.src} to {args.dst}: {rb.n_episodes} episodes, {rb.n_steps} steps, keys {rb.keys()}")
+    return 0

@@ -60,12 +60,13 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
     # MALLOC_TRIM_THRESHOLD_=65536, which makes our encodes 1.8x slower (glibc returns and refaults
     # the pages of every frame buffer): our workers keep glibc's default.
     # Each worker's codec pool gets its share of the cores (REPLAYBUF_CODEC_THREADS), not one
-    # thread per core each.
+    # thread per core each.  Worker logs below CRITICAL are silenced: a failed task's error reaches
+    # the client, which reports it once (not again as the worker's "Compute Failed" traceback).
     environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
                if k != "MALLOC_TRIM_THRESHOLD_"}
     environ["REPLAYBUF_CODEC_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=40) as cluster, \
+                                  dashboard_address=None, silence_logs=50) as cluster, \
             distributed.Client(cluster) as client:
         yield client
 

@@ -25,12 +25,14 @@ def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused).
 
     Raises (shown by the CLI, exit 2): FileExistsError for an existing DST without ``--overwrite``;
-    ValueError for DST being SRC, or (``--workers``/``--scheduler``) a DST backend other than zarr.
+    ValueError for DST being SRC, or (``--workers``/``--scheduler``) a DST backend other than zarr;
+    CorruptStoreError naming SRC, the array and the chunk that does not decode (no DST is left).
     """
     import os
 
     from ..buffer import ReplayBuffer
     from ..cluster_copy import check_cluster_destination
+    from ..errors import CorruptStoreError
     from ..locations import is_object_url, local_path
 
     if (args.workers is not None or args.scheduler is not None):
@@ -42,6 +44,9 @@ def run(args) -> int:
         if os.path.lexists(dst) and not args.overwrite:
             raise FileExistsError(f"{dst} exists: pass --overwrite to replace it")
     with ReplayBuffer.create_from_path(args.src) as rb, client_for(args) as client:
-        rb.save_to_path(args.dst, backend=args.backend, client=client)
+        try:
+            rb.save_to_path(args.dst, backend=args.backend, client=client)
+        except CorruptStoreError as exc:  # the store's own message names the array and chunk, not the store
+            raise CorruptStoreError(f"SRC {args.src}: {exc}") from exc
         print(f"copied {args.src} to {args.dst}: {rb.n_episodes} episodes, {rb.n_steps} steps, keys {rb.keys()}")
     return 0

@@ -1,5 +1,6 @@
-"""Imports on Dask: the serial import vs the same import on a local cluster of two worker processes
-(``import_dataset(..., client=)``), side by side, alternating, each in a fresh interpreter.
+"""Imports, copies and rechunks on Dask: each serial vs the same work on a local cluster of two worker
+processes (``import_dataset(..., client=)``, ``save_to_path(..., client=)``, ``set_chunks`` /
+``set_compressors(..., client=)``), side by side, alternating, each in a fresh interpreter.
 
 Also measured: the serial import with a codec pool of one thread (``REPLAYBUF_CODEC_THREADS=1``,
 one core's worth), against which two workers of one codec thread each show how the plan scales
@@ -10,6 +11,8 @@ than it.
 The cluster is started before the clock starts (its start-up, timed separately, is what
 ``replaybuf import --workers 2`` adds once per command).  Both imports end verified, with their
 statistics stored; the destination's bytes are compared object by object (they must be identical).
+The copy (every frame decoded and encoded again) and the rechunk (numeric keys to 100-step chunks,
+camera frames recompressed with the ``disk`` preset) start from the serial import's store.
 """
 
 from __future__ import annotations
@@ -29,15 +32,32 @@ from .common import Table
 WORKERS = 2
 
 _CHILD = """
-import json, sys, time
+import json, shutil, sys, time
+from replaybuf_core import ReplayBuffer
 from replaybuf_core.importing import import_dataset
 
+def work(op, src, dst, client):
+    if op == "import":
+        return import_dataset(src, dst, "diffusion-policy", progress=False, overwrite=True, client=client).ok
+    if op == "copy":
+        with ReplayBuffer.create_from_path(src) as rb:
+            rb.save_to_path(dst, client=client)
+        return True
+    with ReplayBuffer(dst) as rb:  # rechunk (dst: a fresh copy of src, made before the clock starts)
+        rb.set_chunks({k: (100,) + tuple(rb.store.shape("data", k)[1:]) for k in rb.keys() if k != "img"},
+                      client=client)
+        rb.set_compressors({"img": "disk"}, client=client)
+    return True
+
 def main():
-    src, dst, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    op, src, dst, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    if op == "rechunk":
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
     if workers == 0:
         t = time.perf_counter()
-        report = import_dataset(src, dst, "diffusion-policy", progress=False, overwrite=True)
-        print(json.dumps({"seconds": time.perf_counter() - t, "ok": report.ok}))
+        ok = work(op, src, dst, None)
+        print(json.dumps({"seconds": time.perf_counter() - t, "ok": ok}))
         return
     from replaybuf_core.cluster import cluster_client
     t0 = time.perf_counter()
@@ -45,19 +65,19 @@ def main():
         client.run(lambda: __import__("replaybuf_core.importing.distributed"))  # workers ready
         started = time.perf_counter() - t0
         t = time.perf_counter()
-        report = import_dataset(src, dst, "diffusion-policy", progress=False, overwrite=True, client=client)
-        print(json.dumps({"seconds": time.perf_counter() - t, "ok": report.ok, "startup": started}))
+        ok = work(op, src, dst, client)
+        print(json.dumps({"seconds": time.perf_counter() - t, "ok": ok, "startup": started}))
 
 if __name__ == "__main__":
     main()
 """
 
 
-def _import(src: Path, dst: Path, workers: int, script: Path, codec_threads: int | None = None) -> dict:
+def _child(op: str, src: Path, dst: Path, workers: int, script: Path, codec_threads: int | None = None) -> dict:
     env = dict(os.environ)
     if codec_threads is not None:
         env["REPLAYBUF_CODEC_THREADS"] = str(codec_threads)
-    out = subprocess.run([sys.executable, str(script), str(src), str(dst), str(workers)], check=True,
+    out = subprocess.run([sys.executable, str(script), op, str(src), str(dst), str(workers)], check=True,
                          capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -70,9 +90,9 @@ def run(table: Table, src: Path, tmp: Path, smoke: bool) -> None:
     script.write_text(_CHILD)
     serial, one_core, parallel = [], [], []
     for _ in range(1 if smoke else 2):  # alternating: the machine's speed drifts over seconds
-        serial.append(_import(src, tmp / "serial.zarr", 0, script))
-        one_core.append(_import(src, tmp / "serial1.zarr", 0, script, codec_threads=1))
-        parallel.append(_import(src, tmp / "dask.zarr", WORKERS, script))
+        serial.append(_child("import", src, tmp / "serial.zarr", 0, script))
+        one_core.append(_child("import", src, tmp / "serial1.zarr", 0, script, codec_threads=1))
+        parallel.append(_child("import", src, tmp / "dask.zarr", WORKERS, script))
     if not all(r["ok"] for r in serial + one_core + parallel):
         raise RuntimeError("a benchmark import failed its verification")
     same = file_digests(tmp / "serial.zarr") == file_digests(tmp / "dask.zarr")
@@ -90,3 +110,18 @@ def run(table: Table, src: Path, tmp: Path, smoke: bool) -> None:
     table.ratio("dask", "objects identical to the serial import (1 = yes)", float(same), "= 1", same)
     if not same:
         raise RuntimeError("the Dask import's objects differ from the serial import's")
+    for op, what in (("copy", "copy (save_to_path)"), ("rechunk", "rechunk + recompress (set_chunks, set_compressors)")):
+        times: dict[int, list[float]] = {0: [], WORKERS: []}
+        for _ in range(1 if smoke else 2):
+            for workers in times:
+                r = _child(op, tmp / "serial.zarr", tmp / f"{op}{workers}.zarr", workers, script)
+                if not r["ok"]:
+                    raise RuntimeError(f"a benchmark {op} failed")
+                times[workers].append(r["seconds"])
+        if file_digests(tmp / f"{op}0.zarr") != file_digests(tmp / f"{op}{WORKERS}.zarr"):
+            raise RuntimeError(f"the Dask {op}'s objects differ from the serial {op}'s")
+        t_one, t_many = statistics.median(times[0]), statistics.median(times[WORKERS])
+        table.add("dask", f"serial {what}", t_one, "s")
+        table.add("dask", f"{what} on {WORKERS} Dask workers (cluster up)", t_many, "s")
+        table.ratio("dask", f"serial {op} / {WORKERS} workers (objects identical)", t_one / t_many,
+                    "(informative)", True)

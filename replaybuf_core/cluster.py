@@ -31,7 +31,8 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
     scheduler at ``scheduler`` (``tcp://host:port``); the local cluster is closed on exit.
 
     Raises:
-        ValueError: both or neither of ``workers`` and ``scheduler``; ``workers`` < 1.
+        ValueError: both or neither of ``workers`` and ``scheduler``; ``workers`` < 1; a malformed
+            ``scheduler`` address.
         ImportError: dask.distributed is not installed (names the extra).
         OSError: the scheduler cannot be reached (named).
     """
@@ -46,6 +47,9 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
             client = distributed.Client(scheduler, timeout="10s")
         except (OSError, TimeoutError) as exc:
             raise OSError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+        except ValueError as exc:  # distributed's own words name neither the option nor the form
+            raise ValueError(f"scheduler {scheduler!r} is not a Dask scheduler address (tcp://host:port): "
+                             f"{exc}") from exc
         try:
             yield client
         finally:
@@ -65,9 +69,13 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
     environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
                if k != "MALLOC_TRIM_THRESHOLD_"}
     environ["REPLAYBUF_CODEC_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=50) as cluster, \
-            distributed.Client(cluster) as client:
+    # The scheduler's HTTP server (health, metrics; no dashboard) takes a free port of 127.0.0.1, not
+    # 8787, which another cluster may hold.
+    options = dict(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                   silence_logs=logging.CRITICAL,
+                   scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
+            distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:
         yield client
 
 

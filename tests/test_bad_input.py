@@ -2,7 +2,7 @@
 the key / episode / index, and leaves the buffer (and the store on disk) unchanged.
 
 Buffer-level cases are one parametrised table (one test body); the episode cases reuse the
-conformance suite's table (``replaybuf_core.testing.conformance._bad_episodes``) with the message each
+conformance suite's table (``replaybuf_core.testing.refusal_conformance._bad_episodes``) with the message each
 must carry.  Store-level cases (damaged files) are a second table checked at open / verify time.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.testing import assert_buffer_equal, make_episode
-from replaybuf_core.testing.conformance import _bad_episodes
+from replaybuf_core.testing.refusal_conformance import _bad_episodes
 from replaybuf_core.testing.data import assert_snapshot_equal, snapshot
 
 #: message each conformance bad episode must carry (key / episode named)

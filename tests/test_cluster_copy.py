@@ -153,6 +153,11 @@ def test_what_the_workers_cannot_reach_or_write_is_refused_before_anything_is_wr
     assert not h5.exists()
     assert main(["copy", str(source), str(source), "--scheduler", address]) == 2
     assert "is SRC" in capsys.readouterr().err
+    assert main(["copy", str(source), str(tmp_path / "z.zarr"), "--scheduler", "head-node"]) == 2
+    assert "scheduler 'head-node' is not a Dask scheduler address (tcp://host:port)" in capsys.readouterr().err
+    assert not (tmp_path / "z.zarr").exists()
+    assert main(["stats", str(source), "--key", "action", "--scheduler", address]) == 0  # stored ones: said so
+    assert "note: stored statistics are used as they are" in capsys.readouterr().err
     taken = tmp_path / "taken.zarr"
     taken.mkdir()
     assert main(["copy", str(source), str(taken)]) == 2

@@ -39,9 +39,10 @@ def _fmt(v) -> str:
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 bad input)."""
-    from ..buffer import ReplayBuffer
-
     import os
+    import sys
+
+    from ..buffer import ReplayBuffer
 
     path = os.path.expanduser(args.path)
     with (ReplayBuffer(path) if args.save else ReplayBuffer.create_from_path(path)) as rb, client_for(args) as client:
@@ -49,11 +50,14 @@ def run(args) -> int:
         if client is not None:
             from ..stats_distributed import cluster_summarizer
 
+            if not args.recompute:
+                print("note: stored statistics are used as they are; only episodes recorded since they were "
+                      "saved are computed on the cluster (--recompute computes every episode there)",
+                      file=sys.stderr)
+
             summarizer = cluster_summarizer(client, path)
         stats = rb.get_stats(args.key, recompute=args.recompute, summarizer=summarizer)
     if args.save:
-        import sys
-
         print(f"saved the statistics in {path} (meta/replaybuf_stats)", file=sys.stderr)
     if args.json:
         def finite(v):  # strict JSON: NaN / inf (a NaN in the data, an empty store) become null

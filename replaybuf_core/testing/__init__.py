@@ -37,18 +37,14 @@ Importing this package imports ``pytest`` and ``hypothesis`` (test-only dependen
 
 from .conformance import (
     BufferConformance,
-    ChunkCodecConformance,
     ConstructorConformance,
-    CopyConformance,
-    CrashConformance,
     EpisodeConformance,
     MetaConformance,
     PropertiesConformance,
-    ReadOnlyConformance,
-    StatefulConformance,
-    StorageProtocolConformance,
-    ValidateBeforeMutateConformance,
 )
+from .durability_conformance import CrashConformance, StatefulConformance
+from .layout_conformance import ChunkCodecConformance, CopyConformance, StorageProtocolConformance
+from .refusal_conformance import ReadOnlyConformance, ValidateBeforeMutateConformance
 from .edit_conformance import EditConformance, StatsConformance
 from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot, tree_digest
 from .harness import BackendHarness

@@ -9,14 +9,11 @@ import numpy as np
 import pytest
 
 from .data import assert_buffer_equal, make_episode
-from .harness import BackendHarness
+from .harness import BackendHarness, filled
 
 
 def _filled(harness: BackendHarness, lengths):
-    buf = harness.make_empty()
-    eps = [make_episode(n, seed=i, strings=True) for i, n in enumerate(lengths)]
-    for ep in eps:
-        buf.add_episode(ep)
+    buf, eps = filled(harness, lengths, strings=True)
     buf.update_meta({"tag": np.arange(len(lengths), dtype=np.int64) * 7})
     return buf, eps
 

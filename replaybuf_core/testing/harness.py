@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..buffer import ReplayBuffer
+from .data import make_episode
 
 
 class BackendHarness:
@@ -79,3 +80,18 @@ class BackendHarness:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def filled(harness: BackendHarness, lengths=(3, 5, 2), strings: bool = False):
+    """A buffer from ``harness.make_empty()`` holding episodes of ``lengths`` (``make_episode(n, seed=i)``);
+    returns (buffer, episodes)."""
+    buf = harness.make_empty()
+    eps = [make_episode(n, seed=i, strings=strings) for i, n in enumerate(lengths)]
+    for ep in eps:
+        buf.add_episode(ep)
+    return buf, eps
+
+
+def has_capability(buffer: ReplayBuffer, cap: str) -> bool:
+    """Whether ``buffer``'s backend declares ``cap`` (``replaybuf_core.protocol.CAP_*``)."""
+    return cap in buffer.store.capabilities

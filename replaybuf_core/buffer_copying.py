@@ -12,7 +12,7 @@ from . import registry
 from .chunks import check_chunks_compatible, get_optimal_chunks
 from .compressors import resolve_compressor as _resolve_compressor
 from .copying import copy_array
-from .locations import is_object_url, local_path
+from .locations import check_apart, is_object_url, local_path
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
 from .recovery import COMMIT_RECORD, write_commit_record
 from .replace import build_beside, holding_lock
@@ -103,9 +103,15 @@ class StoreCopying:
         ``client`` (a ``distributed.Client``): the data arrays' rows are copied on its cluster, one
         task per span of whole destination objects (:mod:`replaybuf_core.cluster_copy`), with the
         same bytes as here.  This buffer must then be at a path or URL the workers reach and the
-        destination a zarr store (``ValueError`` before anything is written otherwise)."""
+        destination a zarr store (``ValueError`` before anything is written otherwise).
+
+        ``ValueError`` (nothing written) for a destination that is this buffer's own path or URL, lies
+        inside it or holds it; ``FileExistsError`` for an existing path that is not a store."""
         backend = kwargs.pop("backend", "zarr")
         self._validate_copy_args(None, chunks, compressors, if_exists)
+        here = getattr(self._store, "location", lambda: None)()
+        if here is not None:  # not into itself, not over a directory holding it
+            check_apart(here[0], zarr_path)
         if client is not None:
             from .cluster_copy import check_cluster_destination, endpoint_of
 

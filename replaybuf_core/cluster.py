@@ -8,10 +8,13 @@ need replaybuf installed and the source and destination reachable at the same pa
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["distributed_module", "cluster_client", "add_cluster_arguments", "client_for"]
 
@@ -23,6 +26,33 @@ def distributed_module() -> Any:
     except ImportError as exc:
         raise ImportError("running on Dask needs dask.distributed: pip install 'replaybuf[dask]'") from exc
     return distributed
+
+
+CONNECT_TIMEOUT = 30  # seconds, handshake included
+
+
+def _connect(distributed: Any, scheduler: str) -> Any:
+    """``distributed.Client(scheduler)``, given up after :data:`CONNECT_TIMEOUT` s even when a server of
+    another protocol accepts the connection and never answers (the client's own timeout then does
+    not fire); the connecting thread is a daemon, so a hung attempt does not hold the process."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = distributed.Client(scheduler, timeout="10s")
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=connect, name="replaybuf-dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT)
+    if thread.is_alive():
+        raise OSError(f"no Dask scheduler answered within {CONNECT_TIMEOUT} s (is it the scheduler's address?)")
+    if "error" in box:
+        raise box["error"]
+    return box["client"]
 
 
 @contextmanager
@@ -39,17 +69,21 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
     if (workers is None) == (scheduler is None):
         raise ValueError("give either workers (a local cluster) or scheduler (an existing cluster's address)")
     distributed = distributed_module()
-    import logging
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # no lines per worker started or closed
     if scheduler is not None:
         try:
-            client = distributed.Client(scheduler, timeout="10s")
+            client = _connect(distributed, scheduler)
         except (OSError, TimeoutError) as exc:
             raise OSError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+        except MemoryError as exc:  # a server of another protocol: its bytes read as a huge frame length
+            raise OSError(f"{scheduler} answered, but not as a Dask scheduler (is it the scheduler's address?)") from exc
         except ValueError as exc:  # distributed's own words name neither the option nor the form
             raise ValueError(f"scheduler {scheduler!r} is not a Dask scheduler address (tcp://host:port): "
                              f"{exc}") from exc
+        if not client.scheduler_info().get("workers"):
+            logger.warning("the Dask cluster at %s has no workers yet: its tasks wait until one joins "
+                           "(start some with `dask worker %s`)", scheduler, scheduler)
         try:
             yield client
         finally:

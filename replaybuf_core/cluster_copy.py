@@ -40,13 +40,15 @@ def endpoint_of(store: Any) -> Endpoint:
     """The :class:`Endpoint` of an open backend object (its optional ``location()`` verb).
 
     Raises:
-        ValueError: a store only this process reaches (memory, a ``.zip``), named by its backend.
+        ValueError: a store only this process reaches (memory, a ``.zip``, a backend without the
+            optional ``location()`` verb such as hdf5), named by its backend.
     """
     fn = getattr(store, "location", None)
     where = fn() if callable(fn) else None
     if where is None:
-        raise ValueError(f"this {store.name} store lives in this process only (memory or a .zip): Dask workers "
-                         "cannot reach it; save it to a directory or an object-storage URL first")
+        raise ValueError(f"this {store.name} store has no location Dask workers can open it by (it is in memory "
+                         f"or a .zip, or the {store.name} backend takes one process): copy it to a zarr directory "
+                         "or an object-storage URL first, or work without a cluster")
     location, options = where
     return Endpoint(store.name, location, options)
 
@@ -59,8 +61,8 @@ def check_cluster_destination(backend: str, what: str) -> None:
     """
     if backend != "zarr":
         raise ValueError(f"{what} on a Dask cluster writes zarr stores only (its workers each write their own "
-                         f"objects; a {backend} store takes one writer): use the zarr backend or leave out "
-                         "--workers/--scheduler")
+                         f"objects; a {backend} store takes one writer): use the zarr backend, or work without "
+                         "a cluster (no client=; CLI: no --workers/--scheduler)")
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,13 @@ class _CopySpan:
 
 def _copy_span(job: _CopySpan) -> int:
     """A task: rows ``[start, stop)`` from the source array into the destination array."""
-    from .cluster_tasks import worker_resource
+    from .cluster_tasks import stopped, worker_resource
 
     src = worker_resource(job.token, "src", lambda: job.src.open(read_only=True))
     dst = worker_resource(job.token, "dst", lambda: job.dst.open(read_only=False))
     values = src.read(*job.src_array, job.start, job.stop)
+    if stopped():  # the copy failed or was interrupted meanwhile: its destination may be gone
+        return 0
     dst.write(*job.dst_array, job.start, values)
     dst.flush()
     return job.stop - job.start

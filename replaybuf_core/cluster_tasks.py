@@ -7,7 +7,8 @@ committed prefix grows from the start).  Results come back as tasks complete, in
 
 Stopping: leaving the ``with`` block with an error (a task's, the caller's, Ctrl-C) sets a
 ``distributed.Event`` every task checks before it starts, so the tasks not yet started do nothing,
-and waits for the running ones, so none writes into what the caller removes next.
+and waits for the running ones (up to :data:`STOP_TIMEOUT`, or :data:`INTERRUPT_TIMEOUT` after
+Ctrl-C, and never once no worker is left), so none writes into what the caller removes next.
 
 :func:`worker_resource` is for the tasks: the stores and sources they open, kept per operation
 (a token) in the worker process and closed once newer operations have replaced them.
@@ -17,13 +18,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .cluster import distributed_module
 
-__all__ = ["TaskWindow", "worker_resource", "IN_FLIGHT_PER_WORKER"]
+__all__ = ["TaskWindow", "worker_resource", "stopped", "IN_FLIGHT_PER_WORKER"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +33,10 @@ logger = logging.getLogger(__name__)
 IN_FLIGHT_PER_WORKER = 4
 #: Operations whose resources a worker keeps open (older ones are closed).
 KEPT_OPERATIONS = 4
-#: Seconds to wait for running tasks when a window is stopped.
+#: Seconds to wait for running tasks when a window is stopped by an error ...
 STOP_TIMEOUT = 120
+#: ... and by an interrupt (Ctrl-C, which a local cluster's workers get too).
+INTERRUPT_TIMEOUT = 10
 
 _resources: dict[str, dict[str, Any]] = {}  # in each worker process: token -> name -> value (oldest first)
 
@@ -58,11 +62,26 @@ def worker_resource(token: str, name: str, make: Callable[[], Any]) -> Any:
     return kept[name]
 
 
+_task = threading.local()  # in a worker thread: the abort event's name of the task it runs
+
+
+def stopped() -> bool:
+    """In a task of a :class:`TaskWindow`: whether the window has been stopped (an error, Ctrl-C) since
+    the task started.  Tasks check it right before they write, so a task still running when the
+    caller removes what it builds does not write into it afterwards."""
+    name = getattr(_task, "abort", None)
+    return name is not None and distributed_module().Event(name).is_set()
+
+
 def _run(fn: Callable[[Any], Any], abort: str, job: Any) -> tuple[bool, Any]:
     """A task: ``(False, None)`` when the window was stopped before it started, else ``(True, fn(job))``."""
     if distributed_module().Event(abort).is_set():
         return False, None
-    return True, fn(job)
+    _task.abort = abort
+    try:
+        return True, fn(job)
+    finally:
+        _task.abort = None
 
 
 class TaskWindow:
@@ -111,9 +130,23 @@ class TaskWindow:
     def __exit__(self, kind, exc, tb) -> None:
         if kind is None:
             return
+        import time
+
         distributed = distributed_module()
+        # Ctrl-C reaches a local cluster's workers too (one process group): their tasks then never
+        # finish, so an interrupt waits a short while only, and no wait outlives the workers.
+        patience = INTERRUPT_TIMEOUT if not issubclass(kind, Exception) else STOP_TIMEOUT
         try:
             distributed.Event(self._abort, client=self._client).set()
-            distributed.wait(list(self._futures), timeout=STOP_TIMEOUT)
+            deadline = time.monotonic() + patience
+            futures = list(self._futures)
+            while time.monotonic() < deadline:
+                futures = [f for f in futures if not f.done()]
+                if not futures or not self._client.scheduler_info().get("workers"):
+                    break  # all stopped, or no worker left to finish them
+                time.sleep(0.1)
+            if futures:
+                logger.warning("stopping %s: %d task(s) did not stop; they are cancelled", self._name, len(futures))
+                self._client.cancel(futures)
         except Exception as err:  # noqa: BLE001 - best effort: the original error is what propagates
-            logger.warning("stopping the tasks of %s: %s", self._name, err)
+            logger.warning("stopping the tasks of %s: %r", self._name, err)

@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any
 
-__all__ = ["OBJECT_SCHEMES", "url_scheme", "is_object_url", "local_path"]
+__all__ = ["OBJECT_SCHEMES", "url_scheme", "is_object_url", "local_path", "check_apart"]
 
 #: URL schemes of object stores (obstore's ``from_url``): S3, Google Cloud Storage, Azure Blob Storage
 OBJECT_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss")
@@ -45,3 +45,28 @@ def local_path(obj: str | os.PathLike, what: str = "path") -> str:
                          f"take {', '.join(s + '://' for s in OBJECT_SCHEMES[:1] + OBJECT_SCHEMES[2:4])} "
                          "where a store location is accepted")
     return os.path.expanduser(os.fspath(obj))
+
+
+def _parts(location: str) -> tuple[str, ...]:
+    """A location as comparable parts: a URL's scheme, bucket and keys; a local path resolved
+    (symlinks, ``..``, ``~``) into its components."""
+    scheme = url_scheme(location)
+    if scheme is not None:
+        return (scheme,) + tuple(p for p in location.split("://", 1)[1].split("/") if p not in ("", "."))
+    return tuple(os.path.realpath(os.path.expanduser(location)).split(os.sep))
+
+
+def check_apart(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Refuse a destination that is the source, lies inside it, or contains it (a copy or merge into
+    itself would write into the store it reads, or replace a directory holding the source).
+
+    Raises:
+        ValueError: naming both locations and which holds which.
+    """
+    a, b = _parts(os.fspath(src)), _parts(os.fspath(dst))
+    if a == b:
+        raise ValueError(f"DST {os.fspath(dst)} is SRC: copy to another path")
+    if b[:len(a)] == a:
+        raise ValueError(f"DST {os.fspath(dst)} lies inside SRC {os.fspath(src)}: choose a destination outside it")
+    if a[:len(b)] == b:
+        raise ValueError(f"SRC {os.fspath(src)} lies inside DST {os.fspath(dst)}: replacing DST would delete it")

@@ -61,7 +61,7 @@ def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: b
 
     if not sources:
         raise ValueError("merge needs at least one source")
-    from .locations import local_path
+    from .locations import check_apart, local_path
 
     # a local path only: the merged store is built beside and swapped in (object stores cannot rename)
     dst_text = os.path.realpath(local_path(dst, "merge destination"))
@@ -69,8 +69,10 @@ def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: b
     try:
         for i, s in enumerate(sources):
             if isinstance(s, (str, os.PathLike)):
-                if os.path.realpath(os.path.expanduser(os.fspath(s))) == dst_text:
-                    raise ValueError(f"source {i} ({s}) is the destination: merge into a new path")
+                try:
+                    check_apart(s, dst_text)
+                except ValueError as exc:
+                    raise ValueError(f"source {i} ({s}): {exc}") from None
                 b = ReplayBuffer.create_from_path(s)
                 b._merge_name = os.fspath(s)
                 opened.append(b)

@@ -53,11 +53,14 @@ def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
         StoreLockedError: another process holds ``path``'s writer lock, or this process has a
             writable buffer open on it (before anything is built).
         ValueError: ``path`` is a URL (``scheme://...``): only local paths are replaced here.
+        FileExistsError: ``path`` exists and is neither an empty directory nor a store an installed
+            backend recognises (a folder of other files, a document): never replaced.
     """
     text = os.fspath(path)
     if "://" in text:
         raise ValueError(f"{text} is a URL, not a local path; replacing it in place is not supported")
     path = Path(os.path.abspath(os.path.expanduser(text)))
+    _refuse_replacing_what_is_not_a_store(path)
     if path.is_dir() and locking.held_here(path):
         raise StoreLockedError(f"{path} is open for writing in this process (a writable ReplayBuffer on "
                                "it): close that buffer before replacing the store under it")
@@ -85,6 +88,22 @@ def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
     finally:
         if lock is not None:
             lock.release()
+
+
+def _refuse_replacing_what_is_not_a_store(path: Path) -> None:
+    """FileExistsError unless ``path`` is absent, a symlink (the link is replaced, never its target),
+    an empty directory or a store some installed backend's ``guess_can_open`` claims."""
+    if not path.exists() or path.is_symlink() or (path.is_dir() and not any(path.iterdir())):
+        return
+    from .errors import BackendNotFoundError
+    from .registry import guess_backend
+
+    try:
+        guess_backend(os.fspath(path))
+    except BackendNotFoundError:
+        kind = "a directory" if path.is_dir() else "a file"
+        raise FileExistsError(f"{path} exists and is {kind} that is not a store (no installed backend recognises "
+                              "it); refusing to replace it: choose another destination or remove it yourself") from None
 
 
 def _remove_stale_builds(path: Path) -> None:

@@ -25,7 +25,8 @@ def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused).
 
     Raises (shown by the CLI, exit 2): FileExistsError for an existing DST without ``--overwrite``;
-    ValueError for DST being SRC, or (``--workers``/``--scheduler``) a DST backend other than zarr;
+    ValueError for DST being SRC, inside it or holding it, or (``--workers``/``--scheduler``) a DST
+    backend other than zarr; FileExistsError for a DST that is not a store (never replaced);
     CorruptStoreError naming SRC, the array and the chunk that does not decode (no DST is left).
     """
     import os
@@ -33,14 +34,13 @@ def run(args) -> int:
     from ..buffer import ReplayBuffer
     from ..cluster_copy import check_cluster_destination
     from ..errors import CorruptStoreError
-    from ..locations import is_object_url, local_path
+    from ..locations import check_apart, is_object_url, local_path
 
     if (args.workers is not None or args.scheduler is not None):
         check_cluster_destination(args.backend, "a copy")
+    check_apart(args.src, args.dst)
     if not is_object_url(args.dst):
         dst = local_path(args.dst, "copy destination")
-        if not is_object_url(args.src) and os.path.realpath(local_path(args.src, "copy source")) == os.path.realpath(dst):
-            raise ValueError(f"DST {args.dst} is SRC: copy to another path")
         if os.path.lexists(dst) and not args.overwrite:
             raise FileExistsError(f"{dst} exists: pass --overwrite to replace it")
     with ReplayBuffer.create_from_path(args.src) as rb, client_for(args) as client:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
-from ..cluster_tasks import TaskWindow, worker_resource
+from ..cluster_tasks import TaskWindow, stopped, worker_resource
 from .check import Checker, psnr_db, same_bits
 from .plan import KeyPlan
 from .uint8_exact import as_uint8_if_lossless, first_bad_value
@@ -139,6 +139,8 @@ def write_span(job: SpanJob) -> SpanResult:
             x = x.astype(dtype)  # the same values in native byte order
         pieces.append((ep, x))
     values = np.concatenate([x for _, x in pieces]) if len(pieces) > 1 else pieces[0][1]
+    if stopped():  # the import failed or was interrupted meanwhile: its build may be gone
+        return result
     dst.write("data", job.key, job.start, values)
     dst.flush()
     stored = dst.read("data", job.key, job.start, job.stop)

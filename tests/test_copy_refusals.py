@@ -1,0 +1,84 @@
+"""What ``replaybuf copy`` / ``merge`` and ``save_to_path`` never do: replace a directory or file that
+is not a store (a new-user trial lost a working directory to ``copy SRC SRC/.. --overwrite``), or
+copy a store into itself, into a place inside it, or over a directory holding it.  Every refusal
+leaves both sides as they were (their files read back byte for byte)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from replaybuf_core import ReplayBuffer
+from replaybuf_core.cli import main
+from replaybuf_core.locations import check_apart
+from replaybuf_core.testing import make_episode
+from replaybuf_core.testing.files import file_digests
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "work" / "src.zarr"
+    with ReplayBuffer.create_empty("zarr", str(path)) as rb:
+        for i in range(3):
+            rb.add_episode(make_episode(4 + i, seed=i))
+    return path
+
+
+def test_what_is_not_a_store_is_never_replaced(store, tmp_path, capsys):
+    work = store.parent
+    (work / "notes").mkdir()
+    (work / "notes" / "thesis.txt").write_text("four years")
+    (work / "afile").write_text("keep me")
+    before = file_digests(tmp_path)
+    for argv in (["copy", str(store), str(work / "notes"), "--overwrite"],
+                 ["copy", str(store), str(work / "afile"), "--overwrite"],
+                 ["merge", str(store), str(store), str(work / "notes"), "--overwrite"]):
+        assert main(argv) == 2
+        assert "is not a store" in capsys.readouterr().err
+    with ReplayBuffer.create_from_path(store) as rb:
+        with pytest.raises(FileExistsError, match="not a store"):
+            rb.save_to_path(work / "notes")
+    assert file_digests(tmp_path) == before
+    assert sorted(os.listdir(work)) == ["afile", "notes", "src.zarr"]  # no build left beside them
+    empty = work / "empty"
+    empty.mkdir()  # an empty directory holds nothing to lose: replaced
+    assert main(["copy", str(store), str(empty), "--overwrite"]) == 0
+    with ReplayBuffer.create_from_path(empty) as rb:
+        assert rb.n_episodes == 3
+
+
+def test_a_store_is_never_copied_into_itself_or_over_what_holds_it(store, tmp_path, capsys):
+    work = store.parent
+    os.symlink(store, work / "link.zarr")
+    before = file_digests(tmp_path)
+    for dst, said in ((work / "link.zarr" / "..", "lies inside DST"), (store / "nested.zarr", "lies inside SRC"),
+                      (store / "data" / "x.zarr", "lies inside SRC"), (f"{store}/./", "is SRC"),
+                      (work / "link.zarr", "is SRC")):
+        assert main(["copy", str(store), str(dst), "--overwrite"]) == 2
+        assert said in capsys.readouterr().err, dst
+    inner = store / "data"
+    assert main(["copy", str(inner), str(store), "--overwrite"]) == 2  # (not even a store; refused first)
+    assert "lies inside DST" in capsys.readouterr().err
+    with ReplayBuffer.create_from_path(store) as rb:
+        with pytest.raises(ValueError, match="lies inside SRC"):
+            rb.save_to_path(store / "nested.zarr")
+        assert np.array_equal(rb.episode_ends, [4, 9, 15])
+    assert file_digests(tmp_path) == before
+
+
+@pytest.mark.parametrize("src, dst, ok", [
+    ("s3://b/x.zarr", "s3://b/x.zarr/", False),
+    ("s3://b/x.zarr", "s3://b/x.zarr/n.zarr", False),
+    ("s3://b/x.zarr/n.zarr", "s3://b/x.zarr", False),
+    ("s3://b/x.zarr", "s3://b/x.zarr2", True),
+    ("s3://b/x.zarr", "gs://b/x.zarr", True),
+    ("s3://b/x.zarr", "/tmp/x.zarr", True),
+])
+def test_urls_are_compared_by_bucket_and_keys(src, dst, ok):
+    if ok:
+        check_apart(src, dst)
+    else:
+        with pytest.raises(ValueError, match="SRC"):
+            check_apart(src, dst)

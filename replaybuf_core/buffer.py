@@ -449,7 +449,7 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
                 continue
             ck = (chunks or {}).get(key)
             if ck is not None:
-                check_chunks_compatible(ck, arr.shape)
+                check_chunks_compatible(ck, arr.shape, arr.dtype.itemsize)
                 ck = tuple(int(c) for c in ck)
             else:
                 ck = get_optimal_chunks(arr.shape, arr.dtype if arr.dtype != object else np.dtype("O"))

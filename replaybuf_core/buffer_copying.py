@@ -203,7 +203,7 @@ class StoreCopying:
         for k, c in (chunks or {}).items():
             if k not in all_keys:
                 raise KeyError(f"chunks given for {k!r}, which is not a data key (keys: {all_keys})")
-            check_chunks_compatible(c, self._store.shape("data", k))
+            check_chunks_compatible(c, self._store.shape("data", k), self._store.dtype("data", k).itemsize)
         for k, c in (compressors or {}).items():
             if k not in all_keys:
                 raise KeyError(f"compressor given for {k!r}, which is not a data key (keys: {all_keys})")

@@ -13,17 +13,24 @@ def _is_integral(x: object) -> bool:
     return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-def check_chunks_compatible(chunks: Sequence[int], shape: Sequence[int]) -> None:
+#: Bytes one chunk may hold before compression: Blosc's limit (2 GiB less its header), the
+#: tightest of our codecs'.
+MAX_CHUNK_BYTES = 2**31 - 2**16
+
+
+def check_chunks_compatible(chunks: Sequence[int], shape: Sequence[int], itemsize: int = 1) -> None:
     """Check that ``chunks`` is a valid chunk shape for an array of ``shape``.
 
     Args:
         chunks: one chunk length per dimension (ints, in elements).
         shape: the array shape.
+        itemsize: bytes per element (the array's ``dtype.itemsize``), for the size limit.
 
     Raises:
         TypeError: ``chunks`` is not a sequence, or an entry is not an integer (``True``/``False`` and
             floats such as ``2.0`` count as non-integral).
-        ValueError: the rank of ``chunks`` differs from the rank of ``shape``, or an entry is ≤ 0.
+        ValueError: the rank of ``chunks`` differs from the rank of ``shape``, an entry is ≤ 0, or
+            one chunk would hold more than :data:`MAX_CHUNK_BYTES`.
 
     A chunk longer than the array along a dimension is allowed (the array may grow into it).
     """
@@ -41,6 +48,12 @@ def check_chunks_compatible(chunks: Sequence[int], shape: Sequence[int]) -> None
             )
         if c <= 0:
             raise ValueError(f"chunks {tuple(chunks)!r}: entry {axis} is {c}, must be > 0")
+    nbytes = int(itemsize)
+    for c in chunks:
+        nbytes *= int(c)
+    if nbytes > MAX_CHUNK_BYTES:
+        raise ValueError(f"chunks {tuple(chunks)!r}: one chunk would hold {nbytes:,} bytes ({itemsize} per element), "
+                         f"more than the {MAX_CHUNK_BYTES:,} a chunk may hold; choose a shorter chunk length")
 
 
 def get_optimal_chunks(

@@ -45,7 +45,7 @@ class ChunkCodecEditing:
         for key, ck in chunks.items():
             if key not in self:
                 raise KeyError(f"set_chunks: no data key {key!r} (keys: {self.keys()})")
-            check_chunks_compatible(ck, self._store.shape("data", key))
+            check_chunks_compatible(ck, self._store.shape("data", key), self._store.dtype("data", key).itemsize)
         for key, ck in chunks.items():
             if tuple(ck) != tuple(self._store.chunks("data", key)):
                 rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck), client=client)
@@ -100,7 +100,7 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
     """
     old_chunks = tuple(store.chunks(group, name))
     new_chunks = tuple(chunks) if chunks is not None else old_chunks
-    check_chunks_compatible(new_chunks, store.shape(group, name))
+    check_chunks_compatible(new_chunks, store.shape(group, name), store.dtype(group, name).itemsize)
     if codec is _KEEP:
         codec = store.codec(group, name)
     if shards is _KEEP:

@@ -37,7 +37,7 @@ import numpy as np
 from . import registry
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
 from .editing import STATS_PREFIX
-from .recovery import read_commit_record
+from .recovery import TMP_KEY, read_commit_record
 
 EPISODE_ENDS = "episode_ends"
 #: per array, at most this many undecodable blocks are listed, then a count of the rest
@@ -151,6 +151,11 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
     for group in ("data", "meta"):
         for name in store.list_arrays(group):
             where = f"{group}/{name}"
+            if group == "data" and name.startswith(TMP_KEY + "."):  # a half-written copy, never read as data
+                note(where, f"{where} is the new array of an interrupted rechunk of {name[len(TMP_KEY) + 1:]!r}: it "
+                            "holds no committed data; `replaybuf verify --repair` or the next writable open "
+                            "removes it")
+                continue
             shape = tuple(store.shape(group, name))
             if group == "data" and ends is not None:
                 rows = shape[0] if shape else 0

@@ -50,6 +50,16 @@ def test_check_chunks_rejects(chunks, shape, exc, msg):
         check_chunks_compatible(chunks, shape)
 
 
+def test_a_chunk_may_hold_up_to_blosc_s_limit_in_bytes():
+    """2 GiB less Blosc's 64 KiB of header (c-blosc's BLOSC_MAX_BUFFERSIZE), counted in bytes."""
+    limit = 2**31 - 2**16
+    check_chunks_compatible((limit // 8, 1), (10, 1), itemsize=8)
+    with pytest.raises(ValueError, match=r"\(99999999999, 2\): one chunk would hold 799,999,999,992 bytes"):
+        check_chunks_compatible((99999999999, 2), (420, 2), itemsize=4)
+    with pytest.raises(ValueError, match="more than the 2,147,418,112"):
+        check_chunks_compatible((limit // 8 + 1, 1), (10, 1), itemsize=8)
+
+
 # ------------------------------------------------------------------ get_optimal_chunks
 def test_optimal_chunks_rule():
     # images: 96x96x3 uint8 = 27648 B/step -> ceil(2e6/27648) = 73 steps, inner dims whole

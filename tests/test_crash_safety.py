@@ -152,6 +152,12 @@ def test_interrupted_swap(tmp_path, state):
         s.write("data", "_temp.obs", 0, s.read("data", "_temp_old.obs", 0, 11))
         s.rename_array("data", "_temp.obs", "obs")
     rb.close()
+    if state == "copying":  # the half-written new array is named, not reported as damage
+        from replaybuf_core.verify import verify_store
+
+        found = verify_store(str(path))
+        assert [p for p in found if p.level == "error"] == []
+        assert any("data/_temp.obs is the new array of an interrupted rechunk of 'obs'" in p.message for p in found)
     ro, msgs = _reopen(path, read_only=True)
     assert ro.keys() == ["action", "obs"] and msgs
     assert_buffer_equal(ro, eps)

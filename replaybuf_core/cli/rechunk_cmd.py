@@ -63,11 +63,23 @@ def run(args) -> int:
         # frame keys first: a codec that refuses the new layout (WebP: one frame per chunk) does so
         # before any other key was rewritten
         order = sorted(set(chunks) | set(codecs), key=lambda k: (k not in frames, k))
+        done: list[str] = []
         for k in order:
-            if k in chunks:
-                rb.set_chunks({k: chunks[k]}, client=client)
-            if k in codecs:
-                rb.set_compressors({k: codecs[k]}, client=client)
+            try:
+                if k in chunks:
+                    rb.set_chunks({k: chunks[k]}, client=client)
+                if k in codecs:
+                    rb.set_compressors({k: codecs[k]}, client=client)
+            except Exception as exc:  # each key is swapped in whole: say which ones are already
+                finished = f"already rewritten: {', '.join(done)}" if done else "no key was rewritten"
+                said = (f"{args.path}: rewriting {k!r} failed, which is left as it was ({finished}; not started: "
+                        f"{', '.join(order[len(done) + 1:]) or 'none'}): {exc}")
+                try:
+                    again = type(exc)(said)
+                except Exception:  # noqa: BLE001 - an exception type that takes other arguments
+                    again = RuntimeError(said)
+                raise again from exc
+            done.append(k)
         for k in sorted(set(chunks) | set(codecs)):
             print(f"{k}: chunks {tuple(rb.store.chunks('data', k))}, codec {describe_codec(rb.store.codec('data', k))}")
     return 0

@@ -113,8 +113,9 @@ class StoreCopying:
         if here is not None:  # not into itself, not over a directory holding it
             check_apart(here[0], zarr_path)
         if client is not None:
-            from .cluster_copy import check_cluster_destination, endpoint_of
+            from .cluster_copy import check_client, check_cluster_destination, endpoint_of
 
+            check_client(client)
             endpoint_of(self._store)
             check_cluster_destination(backend, "a copy")
         if is_object_url(zarr_path):

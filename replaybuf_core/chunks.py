@@ -53,7 +53,8 @@ def check_chunks_compatible(chunks: Sequence[int], shape: Sequence[int], itemsiz
         nbytes *= int(c)
     if nbytes > MAX_CHUNK_BYTES:
         raise ValueError(f"chunks {tuple(chunks)!r}: one chunk would hold {nbytes:,} bytes ({itemsize} per element), "
-                         f"more than the {MAX_CHUNK_BYTES:,} a chunk may hold; choose a shorter chunk length")
+                         f"more than the {MAX_CHUNK_BYTES:,} (2 GiB less Blosc's header) a chunk may hold; choose a "
+                         "shorter chunk length")
 
 
 def get_optimal_chunks(

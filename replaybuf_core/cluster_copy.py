@@ -19,7 +19,7 @@ from typing import Any
 
 from . import registry
 
-__all__ = ["Endpoint", "endpoint_of", "check_cluster_destination", "copy_rows_on_cluster"]
+__all__ = ["Endpoint", "endpoint_of", "check_client", "check_cluster_destination", "copy_rows_on_cluster"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,18 @@ def endpoint_of(store: Any) -> Endpoint:
                          "or an object-storage URL first, or work without a cluster")
     location, options = where
     return Endpoint(store.name, location, options)
+
+
+def check_client(client: Any) -> None:
+    """Refuse a ``client=`` that is not a ``distributed.Client`` (an address string, say) before
+    anything is written.
+
+    Raises:
+        TypeError: naming what was given and how to make a client.
+    """
+    if not callable(getattr(client, "submit", None)) or not callable(getattr(client, "scheduler_info", None)):
+        raise TypeError(f"client must be a distributed.Client, got {type(client).__name__} {client!r:.80}: make one "
+                        "with distributed.Client(address) or replaybuf_core.cluster.cluster_client(workers=N)")
 
 
 def check_cluster_destination(backend: str, what: str) -> None:

@@ -53,8 +53,9 @@ def copy_array(
         return
     n = shape[0] if n_rows is None else int(n_rows)
     if client is not None:  # refused before anything is created
-        from .cluster_copy import check_cluster_destination, endpoint_of
+        from .cluster_copy import check_client, check_cluster_destination, endpoint_of
 
+        check_client(client)
         endpoint_of(src)
         check_cluster_destination(endpoint_of(dst).backend, "a copy")
     dst.create_array(dst_group, dst_name, shape=(n,) + tuple(shape[1:]), dtype=dtype, chunks=chunks,

@@ -69,8 +69,10 @@ def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: b
     try:
         for i, s in enumerate(sources):
             if isinstance(s, (str, os.PathLike)):
+                if os.path.realpath(os.path.expanduser(os.fspath(s))) == dst_text:
+                    raise ValueError(f"source {i} ({s}) is the destination: merge into a new path")
                 try:
-                    check_apart(s, dst_text)
+                    check_apart(s, dst_text)  # nor inside it, nor holding it
                 except ValueError as exc:
                     raise ValueError(f"source {i} ({s}): {exc}") from None
                 b = ReplayBuffer.create_from_path(s)

@@ -108,8 +108,9 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
         if shards is not None and any(s % c for s, c in zip(shards, new_chunks)):
             shards = None
     if client is not None:  # refused before anything is written
-        from .cluster_copy import check_cluster_destination, endpoint_of
+        from .cluster_copy import check_client, check_cluster_destination, endpoint_of
 
+        check_client(client)
         check_cluster_destination(endpoint_of(store).backend, "a rechunk")
     tmp_key, backup = temp_names(name, tmp_key)  # the names say whose temps they are (recovery)
     for stale in (tmp_key, backup):

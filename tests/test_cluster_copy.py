@@ -174,3 +174,7 @@ def test_what_the_workers_cannot_reach_or_write_is_refused_before_anything_is_wr
     with pytest.raises(ValueError, match="has no location Dask workers can open it by"):
         memory.save_to_path(tmp_path / "y.zarr", client=client)
     assert not (tmp_path / "y.zarr").exists()
+    with ReplayBuffer.create_from_path(source) as rb:
+        with pytest.raises(TypeError, match="client must be a distributed.Client, got str"):
+            rb.save_to_path(tmp_path / "y.zarr", client=address)
+    assert not (tmp_path / "y.zarr").exists()

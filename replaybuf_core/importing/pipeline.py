@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import registry
 from ..buffer import ReplayBuffer
-from ..cluster_copy import check_cluster_destination
+from ..cluster_copy import check_client, check_cluster_destination
 from ..codec_names import describe_codec
 from ..interrupts import deferred_sigint
 from ..prefetch import prefetch
@@ -182,6 +182,7 @@ def import_source(
     t0 = time.perf_counter()
     lossy_quality, fps = check_settings(lossy_quality, image_frames_per_shard)
     if client is not None:
+        check_client(client)
         check_cluster_destination(backend, "an import")
     if client is not None and getattr(source, "open_args", None) is None:
         raise ValueError("an import on a Dask cluster needs a source its workers can open again: use "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -69,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"replaybuf {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`replaybuf info X | head`): stop quietly, as cat does
+        try:  # (and keep Python from complaining again while it flushes stdout at exit)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
     except KeyError as exc:  # str(KeyError) keeps the quotes: show the message itself
         print(f"replaybuf {args.command}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2

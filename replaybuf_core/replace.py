@@ -92,18 +92,26 @@ def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
 
 def _refuse_replacing_what_is_not_a_store(path: Path) -> None:
     """FileExistsError unless ``path`` is absent, a symlink (the link is replaced, never its target),
-    an empty directory or a store some installed backend's ``guess_can_open`` claims."""
+    an empty directory, or a replay buffer's store: it opens read-only with the backend that claims
+    it and holds ``meta/episode_ends`` or data arrays (a name such as ``x.zarr`` or ``x.h5`` is not
+    enough: a folder or an HDF5 file of other things is never replaced)."""
     if not path.exists() or path.is_symlink() or (path.is_dir() and not any(path.iterdir())):
         return
-    from .errors import BackendNotFoundError
     from .registry import guess_backend
 
-    try:
-        guess_backend(os.fspath(path))
-    except BackendNotFoundError:
+    try:  # a name (x.zarr, x.h5) is not enough: it must open as a replay buffer's store
+        store = guess_backend(os.fspath(path)).open(os.fspath(path), read_only=True)
+        try:
+            is_store = "episode_ends" in store.list_arrays("meta") or bool(store.list_arrays("data"))
+        finally:
+            store.close()
+    except Exception:  # noqa: BLE001 - whatever does not open as a store is not replaced
+        is_store = False
+    if not is_store:
         kind = "a directory" if path.is_dir() else "a file"
-        raise FileExistsError(f"{path} exists and is {kind} that is not a store (no installed backend recognises "
-                              "it); refusing to replace it: choose another destination or remove it yourself") from None
+        raise FileExistsError(f"{path} exists and is {kind} that is not a store (it does not open as a replay "
+                              "buffer); refusing to replace it: choose another destination or remove it "
+                              "yourself") from None
 
 
 def _remove_stale_builds(path: Path) -> None:

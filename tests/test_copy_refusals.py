@@ -31,8 +31,13 @@ def test_what_is_not_a_store_is_never_replaced(store, tmp_path, capsys):
     (work / "notes").mkdir()
     (work / "notes" / "thesis.txt").write_text("four years")
     (work / "afile").write_text("keep me")
+    (work / "named.zarr").mkdir()  # a store's name is not enough
+    (work / "named.zarr" / "thesis.tex").write_text("more years")
+    (work / "model.h5").write_text("not even HDF5")
     before = file_digests(tmp_path)
-    for argv in (["copy", str(store), str(work / "notes"), "--overwrite"],
+    for argv in (["copy", str(store), str(work / "named.zarr"), "--overwrite"],
+                 ["copy", str(store), str(work / "model.h5"), "--overwrite"],
+                 ["copy", str(store), str(work / "notes"), "--overwrite"],
                  ["copy", str(store), str(work / "afile"), "--overwrite"],
                  ["merge", str(store), str(store), str(work / "notes"), "--overwrite"]):
         assert main(argv) == 2
@@ -41,7 +46,7 @@ def test_what_is_not_a_store_is_never_replaced(store, tmp_path, capsys):
         with pytest.raises(FileExistsError, match="not a store"):
             rb.save_to_path(work / "notes")
     assert file_digests(tmp_path) == before
-    assert sorted(os.listdir(work)) == ["afile", "notes", "src.zarr"]  # no build left beside them
+    assert sorted(os.listdir(work)) == ["afile", "model.h5", "named.zarr", "notes", "src.zarr"]  # no build beside
     empty = work / "empty"
     empty.mkdir()  # an empty directory holds nothing to lose: replaced
     assert main(["copy", str(store), str(empty), "--overwrite"]) == 0

@@ -4,6 +4,8 @@ chunk/codec verbs of :class:`~replaybuf_core.ReplayBuffer` (``get_chunks``, ``se
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +16,9 @@ from .copying import copy_array
 from .errors import CapabilityError
 from .protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
 from .recovery import temp_names
+
+
+logger = logging.getLogger(__name__)
 
 
 class ChunkCodecEditing:
@@ -120,8 +125,13 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
         copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards,
                    client=client)
     except BaseException:
-        if store.has_array(group, tmp_key):  # else it shows up as a data key
-            store.delete_array(group, tmp_key)
+        try:
+            if store.has_array(group, tmp_key):  # else it shows up as a data key
+                store.delete_array(group, tmp_key)
+        except Exception as exc:  # noqa: BLE001 - e.g. a writer still finishing after Ctrl-C: the original
+            # error is what the caller must see; recovery (the next writable open) removes the temp array
+            logger.warning("could not remove %s/%s after a failed rechunk (the next writable open removes it): %s",
+                           group, tmp_key, exc)
         raise
     store.rename_array(group, name, backup)
     store.rename_array(group, tmp_key, name)

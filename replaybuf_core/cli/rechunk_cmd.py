@@ -65,14 +65,16 @@ def run(args) -> int:
         order = sorted(set(chunks) | set(codecs), key=lambda k: (k not in frames, k))
         done: list[str] = []
         for k in order:
+            left = "which is left as it was"
             try:
                 if k in chunks:
                     rb.set_chunks({k: chunks[k]}, client=client)
+                    left = "which has its new chunks but not its new compressor"
                 if k in codecs:
                     rb.set_compressors({k: codecs[k]}, client=client)
-            except Exception as exc:  # each key is swapped in whole: say which ones are already
+            except Exception as exc:  # each step is swapped in whole: say which ones are done
                 finished = f"already rewritten: {', '.join(done)}" if done else "no key was rewritten"
-                said = (f"{args.path}: rewriting {k!r} failed, which is left as it was ({finished}; not started: "
+                said = (f"{args.path}: rewriting {k!r} failed, {left} ({finished}; not started: "
                         f"{', '.join(order[len(done) + 1:]) or 'none'}): {exc}")
                 try:
                     again = type(exc)(said)

@@ -5,7 +5,6 @@ chunk/codec verbs of :class:`~replaybuf_core.ReplayBuffer` (``get_chunks``, ``se
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Mapping
 from typing import Any
 

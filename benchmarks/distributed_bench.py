@@ -59,7 +59,7 @@ def main():
         ok = work(op, src, dst, None)
         print(json.dumps({"seconds": time.perf_counter() - t, "ok": ok}))
         return
-    from replaybuf_core.cluster import cluster_client
+    from replaybuf_core.cluster.clients import cluster_client
     t0 = time.perf_counter()
     with cluster_client(workers=workers) as client:
         client.run(lambda: __import__("replaybuf_core.importing.distributed"))  # workers ready

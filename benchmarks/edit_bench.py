@@ -4,7 +4,7 @@ On fresh copies of the store (the copy is not timed): ``delete_episodes`` of the
 tail only), of a middle one and of the first (everything after it moves: the most an edit rewrites),
 ``trim_episode`` of the first episode by one step, and the full rewrite a user does without edits
 (``copy_from_path`` into memory without the episode, then ``save_to_path``: decode and encode
-everything).  Each edit includes its backup, journal and cleanup (see ``replaybuf_core.editing``).
+everything).  Each edit includes its backup, journal and cleanup (see ``replaybuf_core.store.editing``).
 """
 
 from __future__ import annotations

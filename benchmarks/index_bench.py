@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from replaybuf_core import ReplayBuffer, get_episode_idxs
-from replaybuf_core.sampler_indices import create_indices
+from replaybuf_core.sampling.sampler_indices import create_indices
 
 from .common import Table, median_time
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.frames import frame_keys
-from replaybuf_core.window_sampler import WindowSampler
+from replaybuf_core.layout.frames import frame_keys
+from replaybuf_core.sampling.window_sampler import WindowSampler
 
 from .common import Table, median_time
 

@@ -16,8 +16,17 @@ from pathlib import Path
 
 import zarr
 
-from . import (distributed_bench, edit_bench, index_bench, ingest_bench, lerobot_bench, object_bench,
-               sampling_bench, stats_bench, training_bench)
+from . import (
+    distributed_bench,
+    edit_bench,
+    index_bench,
+    ingest_bench,
+    lerobot_bench,
+    object_bench,
+    sampling_bench,
+    stats_bench,
+    training_bench,
+)
 from .common import PUSHT, Table
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import zarr
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.sampler import SequenceSampler
+from replaybuf_core.sampling.sampler import SequenceSampler
 
 from .common import Table, median_time
 

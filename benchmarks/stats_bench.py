@@ -16,8 +16,8 @@ from pathlib import Path
 import zarr
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.frames import frame_keys
-from replaybuf_core.stats import compute_stats
+from replaybuf_core.layout.frames import frame_keys
+from replaybuf_core.stats.summaries import compute_stats
 
 from .common import Table, median_time
 

@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.sampler import SequenceSampler
-from replaybuf_core.window_index import WindowIndex
-from replaybuf_core.window_sampler import WindowSampler
+from replaybuf_core.sampling.sampler import SequenceSampler
+from replaybuf_core.sampling.window_index import WindowIndex
+from replaybuf_core.sampling.window_sampler import WindowSampler
 
 from .common import Table, median_time
 
@@ -350,7 +350,7 @@ def index_rows(table: Table, smoke: bool) -> None:
             table.ratio("training", f"WindowIndex build at {label}: MB", peak, "< 50", peak < 50)
         if n_steps == sizes[0]:
             batch = rng.integers(0, wi.n_windows, BATCH)
-            from replaybuf_core.sampler_indices import create_indices
+            from replaybuf_core.sampling.sampler_indices import create_indices
 
             tab = create_indices(ends, 16, None, pad_before=1, pad_after=7)
             t_tab = median_time(lambda: tab[batch], 200)

@@ -3,10 +3,10 @@
 This package never imports zarr; backends arrive through the ``replaybuf`` entry-point group.
 """
 
-from .buffer import ReplayBuffer, rechunk_array
-from .chunks import check_chunks_compatible, get_optimal_chunks
-from .compressors import resolve_compressor
-from .episode_index import episode_of_steps, get_episode_idxs
+from .store.buffer import ReplayBuffer, rechunk_array
+from .layout.chunks import check_chunks_compatible, get_optimal_chunks
+from .layout.compressors import resolve_compressor
+from .store.episode_index import episode_of_steps, get_episode_idxs
 from .errors import (
     BackendNotFoundError,
     CapabilityError,

@@ -31,7 +31,7 @@ def replaybuf_backends() -> list[type]:
 def replaybuf_formats() -> list[type]:
     """Return the import-format entry-point classes this plugin provides (``replaybuf import``).
 
-    Each is a subclass of :class:`replaybuf_core.importing.source.FormatEntrypoint` with a unique
+    Each is a subclass of :class:`replaybuf_core.source.FormatEntrypoint` with a unique
     ``name``.  Called once per process; it must be cheap: import a format's readers (pyarrow, PyAV,
     h5py) only when it opens a source.
     """

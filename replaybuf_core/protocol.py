@@ -39,14 +39,14 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       in flight" promise.  Absent: every write is already durable
 ``location() -> (str, dict | None) | None``  the path or URL (and ``storage_options``) by which
                                       another process opens this store (Dask workers of
-                                      :mod:`replaybuf_core.cluster_copy`); None: only this process
+                                      :mod:`replaybuf_core.cluster.copy`); None: only this process
                                       reaches it (memory)
 ``lock_path() -> path | None``        directory where writable opens take the writer lock
                                       (:mod:`replaybuf_core.locking`); None: no lock
 ``remove_debris(group) -> list[str]`` delete leftovers of a killed writer that are not arrays
                                       (half-deleted directories, partial files); called on recovery
 ``fill_value(group, name)``           an array's fill value (else read from the native array's
-                                      ``fill_value``/``fillvalue``; :mod:`replaybuf_core.recovery`)
+                                      ``fill_value``/``fillvalue``; :mod:`replaybuf_core.store.recovery`)
 ``stored_bytes(group, name) -> int | None``  bytes on storage for one array (``replaybuf info``)
 ``check_chunks(group, name, rows=None) -> list[str]``  problems with the stored objects, e.g. a
                                       missing chunk file (``replaybuf verify``; decoding is checked by

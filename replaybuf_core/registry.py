@@ -21,7 +21,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import BackendNotFoundError, FormatNotFoundError
-from .importing.source import FormatEntrypoint
+from .source import FormatEntrypoint
 from .protocol import BackendEntrypoint, KNOWN_CAPABILITIES
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 and the seed's schema-driven creation functions (``create_zarr_arrays``, ``create_zarr_replay_buffer``,
 ``create_replay_buffer_from_synthetic``, the image-shard helpers)."""
 
-from replaybuf_core.schema import is_uint8_image_spec
+from replaybuf_core.layout.schema import is_uint8_image_spec
 
 from .backend import ZarrBackend
 from .entrypoint import ZarrEntrypoint

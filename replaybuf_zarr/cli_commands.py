@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from replaybuf_core.codec_names import describe_codec
+from replaybuf_core.layout.codec_names import describe_codec
 from replaybuf_core.synthetic import TASK_NAMES
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import zarr
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.compressors import resolve_compressor
-from replaybuf_core.replace import build_beside
-from replaybuf_core.schema import DatasetSchema, as_dataset_schema, is_uint8_image_spec
+from replaybuf_core.layout.compressors import resolve_compressor
+from replaybuf_core.store.replace import build_beside
+from replaybuf_core.layout.schema import DatasetSchema, as_dataset_schema, is_uint8_image_spec
 
 from .entrypoint import ZarrEntrypoint
 from .codec_convert import to_zarr_codecs
@@ -58,9 +58,9 @@ def create_zarr_arrays(
 ) -> dict[str, zarr.Array]:
     """Create one empty array per schema spec in ``data_group``.
 
-    ``schema`` is a :class:`~replaybuf_core.schema.DatasetSchema` or any seed-style schema object
-    (``zarr_path`` + ``get_zarr_array_specs()``; see :func:`~replaybuf_core.schema.as_dataset_schema`).
-    Camera frames (:func:`~replaybuf_core.schema.is_uint8_image_spec`: uint8 ``(0, H, W, C)``, C in
+    ``schema`` is a :class:`~replaybuf_core.layout.schema.DatasetSchema` or any seed-style schema object
+    (``zarr_path`` + ``get_zarr_array_specs()``; see :func:`~replaybuf_core.layout.schema.as_dataset_schema`).
+    Camera frames (:func:`~replaybuf_core.layout.schema.is_uint8_image_spec`: uint8 ``(0, H, W, C)``, C in
     1/3/4) get ``image_codec`` as serializer — default :data:`DEFAULT_IMAGE_CODEC`, **lossless**
     WebP, so what is written reads back exactly — chunks of one frame ``(1, H, W, C)`` and shards of
     ``image_frames_per_shard`` frames (None: no sharding).  Every other spec (numbers, channels-first
@@ -109,7 +109,7 @@ def create_zarr_replay_buffer(
 ) -> ReplayBuffer:
     """Write every episode of ``episodes`` into a new zarr store at ``schema.zarr_path``.
 
-    ``schema`` is a :class:`~replaybuf_core.schema.DatasetSchema` or a seed-style schema object.
+    ``schema`` is a :class:`~replaybuf_core.layout.schema.DatasetSchema` or a seed-style schema object.
     Every spec is checked before the path is touched.  A new store is written in place (a killed run
     keeps its committed episodes); an existing store is replaced only with ``overwrite=True``, never
     while another process holds its writer lock, by building the new one beside it and swapping it

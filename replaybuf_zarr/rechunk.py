@@ -6,8 +6,8 @@ from typing import Any
 
 import zarr
 
-from replaybuf_core.buffer import rechunk_array
-from replaybuf_core.compressors import resolve_compressor
+from replaybuf_core.store.buffer import rechunk_array
+from replaybuf_core.layout.compressors import resolve_compressor
 
 from .backend import ZarrBackend
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.schema import DatasetSchema
+from replaybuf_core.layout.schema import DatasetSchema
 from replaybuf_core.synthetic import SyntheticSchema
 
 from .codecs import WebPCodec

@@ -191,7 +191,7 @@ def s3_server():
 @pytest.fixture(scope="session")
 def client():
     pytest.importorskip("distributed")
-    from replaybuf_core.cluster import cluster_client
+    from replaybuf_core.cluster.clients import cluster_client
 
     with cluster_client(workers=2) as c:
         yield c

@@ -175,7 +175,7 @@ def test_damaged_store(tmp_path, name, mutate, match, read_only):
 
 
 def test_missing_chunk_reported_by_verify(tmp_path):
-    from replaybuf_core.verify import verify_store
+    from replaybuf_core.inspection.verify import verify_store
 
     path = tmp_path / "b.zarr"
     with ReplayBuffer.create_empty("zarr", str(path)) as rb:
@@ -186,7 +186,7 @@ def test_missing_chunk_reported_by_verify(tmp_path):
 
 
 def test_nan_inf_allowed_and_noted_by_verify(tmp_path):
-    from replaybuf_core.verify import verify_store
+    from replaybuf_core.inspection.verify import verify_store
 
     path = tmp_path / "b.zarr"
     ep = make_episode(6)

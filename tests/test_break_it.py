@@ -129,8 +129,8 @@ import os, resource, sys
 import numpy as np
 resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.sampler import SequenceSampler
-from replaybuf_core.verify import verify_store
+from replaybuf_core.sampling.sampler import SequenceSampler
+from replaybuf_core.inspection.verify import verify_store
 path = sys.argv[1]
 problems = [p for p in verify_store(path) if p.level == "error"]
 assert not problems, problems
@@ -246,7 +246,7 @@ def test_threads_writing_through_one_buffer_take_turns(tmp_path, backend, via_wr
 
 # ------------------------------------------------------- 13.8 schema creation and frame stacks
 def _schema(tmp_path, shape):
-    from replaybuf_core.schema import DatasetSchema
+    from replaybuf_core.layout.schema import DatasetSchema
 
     return DatasetSchema(tmp_path / "f.zarr", {
         "frames": {"shape": (0,) + shape, "chunks": (1,) + shape, "dtype": "uint8", "needs_compressor": True},
@@ -436,7 +436,7 @@ def test_keys_that_are_store_file_names_or_too_long_are_rejected(key):
     ({"shape": (0, 2), "chunks": (10, 2), "dtype": "f4", "needs_compressor": "no"}, TypeError, "True or False"),
 ])
 def test_schema_specs_that_cannot_work_are_refused_before_anything_is_written(tmp_path, spec, exc, match):
-    from replaybuf_core.schema import DatasetSchema
+    from replaybuf_core.layout.schema import DatasetSchema
 
     with pytest.raises(exc, match=match):
         DatasetSchema(tmp_path / "x.zarr", {"x": spec})

@@ -17,7 +17,8 @@ import shutil
 import numpy as np
 import pytest
 
-from replaybuf_core import ReplayBuffer, copying
+from replaybuf_core import ReplayBuffer
+from replaybuf_core.store import copying
 from replaybuf_core.cli import main
 from replaybuf_core.importing import import_dataset
 from replaybuf_core.testing.files import file_digests

@@ -15,8 +15,8 @@ import pytest
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.errors import CorruptStoreError, ReadOnlyError
-from replaybuf_core.recovered_view import RowLimitedArray
-from replaybuf_core.recovery import recover
+from replaybuf_core.store.recovered_view import RowLimitedArray
+from replaybuf_core.store.recovery import recover
 from replaybuf_core.testing import assert_buffer_equal, make_episode
 from replaybuf_core.testing import crash
 
@@ -153,7 +153,7 @@ def test_interrupted_swap(tmp_path, state):
         s.rename_array("data", "_temp.obs", "obs")
     rb.close()
     if state == "copying":  # the half-written new array is named, not reported as damage
-        from replaybuf_core.verify import verify_store
+        from replaybuf_core.inspection.verify import verify_store
 
         found = verify_store(str(path))
         assert [p for p in found if p.level == "error"] == []

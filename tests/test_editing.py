@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.editing import EDIT_JOURNAL, UNDO_PREFIX, InterruptedEditError
+from replaybuf_core.store.editing import EDIT_JOURNAL, UNDO_PREFIX, InterruptedEditError
 
 
 def _episode(i: int, n: int) -> dict:

@@ -184,7 +184,7 @@ def test_a_failed_synchronous_write_also_stops_the_writer(tmp_path, monkeypatch)
 def test_reading_from_another_thread_while_writing(tmp_path):
     import threading
 
-    from replaybuf_core.sampler import SequenceSampler
+    from replaybuf_core.sampling.sampler import SequenceSampler
 
     eps = _episodes([20 + (i % 7) for i in range(60)])
     rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "t.zarr"))

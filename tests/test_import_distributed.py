@@ -189,7 +189,7 @@ def test_a_killed_client_leaves_a_bucket_store_of_committed_episodes(s3_server):
 
 @requires_pusht
 def test_statistics_on_the_cluster_are_the_serial_ones_bit_for_bit(client, tmp_path, capsys):
-    from replaybuf_core.stats_distributed import cluster_summarizer
+    from replaybuf_core.cluster.stats import cluster_summarizer
 
     dst = tmp_path / "pusht.zarr"
     assert import_dataset(PUSHT, dst, "diffusion-policy", episodes="0:12", progress=False).ok

@@ -111,7 +111,7 @@ def test_robomimic_layout_order_masks_and_byte_order(tmp_path):
     train, valid = meta(rb, "mask.train"), meta(rb, "mask.valid")
     np.testing.assert_array_equal(train, [True, False, True, True])
     np.testing.assert_array_equal(valid, ~train)
-    from replaybuf_core.sampler import SequenceSampler
+    from replaybuf_core.sampling.sampler import SequenceSampler
 
     s = SequenceSampler(rb, sequence_length=2, episode_mask=valid)  # only demo_2's 7 steps: 6 windows
     assert len(s) == 6

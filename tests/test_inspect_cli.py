@@ -13,8 +13,8 @@ from PIL import Image
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
-from replaybuf_core.inspect import buffer_info
-from replaybuf_core.verify import verify_store
+from replaybuf_core.inspection.summary import buffer_info
+from replaybuf_core.inspection.verify import verify_store
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.sampler import SequenceSampler
+from replaybuf_core.sampling.sampler import SequenceSampler
 from replaybuf_core.cli import main
 from replaybuf_core.errors import StoreLockedError
-from replaybuf_core.verify import verify_store
+from replaybuf_core.inspection.verify import verify_store
 
 obstore = pytest.importorskip("obstore")
 pytest.importorskip("moto")

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from replaybuf_core.prefetch import prefetch
+from replaybuf_core.importing.prefetch import prefetch
 
 
 def test_same_items_in_order():

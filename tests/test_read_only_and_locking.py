@@ -25,7 +25,7 @@ import pytest
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.errors import ReadOnlyError, StoreLockedError
 from replaybuf_core.locking import LOCK_NAME
-from replaybuf_core.sampler import SequenceSampler
+from replaybuf_core.sampling.sampler import SequenceSampler
 from replaybuf_core.testing import assert_buffer_equal, make_episode
 
 

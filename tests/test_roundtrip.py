@@ -147,13 +147,13 @@ def test_create_from_path_read_only_and_home(numpy_buffer, episodes, tmp_path, m
 
 def test_copy_from_path_numpy_backend_is_deprecated(numpy_buffer, episodes, tmp_path, caplog):
     numpy_buffer.save_to_path(tmp_path / "d.zarr")
-    with caplog.at_level(logging.WARNING, logger="replaybuf_core.buffer"):
+    with caplog.at_level(logging.WARNING, logger="replaybuf_core.store.buffer"):
         mem = ReplayBuffer.copy_from_path(tmp_path / "d.zarr", backend="numpy")
     assert mem.backend == "numpy"
     assert any("deprecated" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     assert_buffer_equal(mem, episodes)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="replaybuf_core.buffer"):
+    with caplog.at_level(logging.WARNING, logger="replaybuf_core.store.buffer"):
         ReplayBuffer.copy_from_path(tmp_path / "d.zarr")
     assert not [r for r in caplog.records if "deprecated" in r.getMessage()]
 

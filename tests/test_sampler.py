@@ -1,4 +1,4 @@
-"""Tests for replaybuf_core.sampler (windows, padding, masks, batched reads)."""
+"""Tests for replaybuf_core.sampling.sampler (windows, padding, masks, batched reads)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.sampler import (
+from replaybuf_core.sampling.sampler import (
     IS_PAD_KEY,
     SequenceSampler,
     create_indices,
     downsample_mask,
     get_val_mask,
 )
-from replaybuf_core.sampler_indices import _create_indices_numba, _create_indices_numpy
+from replaybuf_core.sampling.sampler_indices import _create_indices_numba, _create_indices_numpy
 
 
 # --------------------------------------------------------------------------- buffers
@@ -501,7 +501,7 @@ def test_sampler_imports_neither_zarr_nor_torch():
     import sys
 
     code = (
-        "import sys, replaybuf_core.sampler, replaybuf_core.sampler_indices; "
+        "import sys, replaybuf_core.sampling.sampler, replaybuf_core.sampling.sampler_indices; "
         "bad = [m for m in ('zarr', 'torch') if m in sys.modules]; "
         "assert not bad, bad"
     )

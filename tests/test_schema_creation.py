@@ -10,7 +10,7 @@ import pytest
 import zarr
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.schema import DatasetSchema, is_uint8_image_spec
+from replaybuf_core.layout.schema import DatasetSchema, is_uint8_image_spec
 from replaybuf_zarr.codecs import WebPCodec
 from replaybuf_zarr.creation import create_zarr_arrays, create_zarr_replay_buffer
 

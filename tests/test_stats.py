@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
-from replaybuf_core.quantiles import ALPHA, QuantileSketch
-from replaybuf_core.stats import QUANTILES
+from replaybuf_core.stats.quantiles import ALPHA, QuantileSketch
+from replaybuf_core.stats.summaries import QUANTILES
 
 from shared_data import PUSHT  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Stored statistics (``replaybuf_core.stats_store``): kept up to date through appends and edits,
+"""Stored statistics (``replaybuf_core.store.stored_stats``): kept up to date through appends and edits,
 reading only the episodes that changed, never trusted when damaged or stale, checked by verify.
 
 Expected values come from NumPy over a plain list of the episodes kept (the model), never from the
@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core import stats_store
+from replaybuf_core.store import stored_stats as stats_store
 from replaybuf_core.cli import main
-from replaybuf_core.quantiles import ALPHA
-from replaybuf_core.stats import QUANTILES
-from replaybuf_core.stats_store import RECORD
-from replaybuf_core.verify import verify_store
+from replaybuf_core.stats.quantiles import ALPHA
+from replaybuf_core.stats.summaries import QUANTILES
+from replaybuf_core.store.stored_stats import RECORD
+from replaybuf_core.inspection.verify import verify_store
 
 
 def _episode(rng, n):

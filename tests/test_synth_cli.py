@@ -70,7 +70,7 @@ def test_cli_synth_subprocess(tmp_path):
 
 def test_synth_output_verifies_clean(tmp_path):
     """All-zero arrays (context of the circle task) still store every chunk, so verify finds none missing."""
-    from replaybuf_core.verify import verify_store
+    from replaybuf_core.inspection.verify import verify_store
 
     out = tmp_path / "v.zarr"
     assert main(["synth", "circle", str(out), "--episodes", "6", "--length", "10"]) == 0

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from replaybuf_core import ReplayBuffer  # noqa: E402
-from replaybuf_core.sampler import IS_PAD_KEY, SequenceSampler  # noqa: E402
+from replaybuf_core.sampling.sampler import IS_PAD_KEY, SequenceSampler  # noqa: E402
 from replaybuf_core.torch import SequenceDataset, collate  # noqa: E402
 
 LENGTHS = [7, 1, 4, 9, 3, 6]
@@ -65,7 +65,7 @@ def _assert_batch_equal(got, want):
 
 
 def test_importing_replaybuf_core_does_not_import_torch():
-    code = "import sys, replaybuf_core, replaybuf_core.sampler; assert 'torch' not in sys.modules"
+    code = "import sys, replaybuf_core, replaybuf_core.sampling.sampler; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -23,7 +23,7 @@ from replaybuf_core import ReplayBuffer  # noqa: E402
 from replaybuf_core.importing import import_dataset  # noqa: E402
 from replaybuf_core.testing.lerobot_writer import TASKS, Camera, Spec, write_dataset  # noqa: E402
 from replaybuf_core.torch import Batch, LeRobotDataset, WindowDataset, collate  # noqa: E402
-from replaybuf_core.window_sampler import WindowSampler  # noqa: E402
+from replaybuf_core.sampling.window_sampler import WindowSampler  # noqa: E402
 
 LENGTHS = [6, 9, 3, 7]
 FPS = 10

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.sampler import SequenceSampler
-from replaybuf_core.sampler_indices import _create_indices_numpy
-from replaybuf_core.window_index import WindowIndex
-from replaybuf_core.window_sampler import WindowSampler, delta_timestamps_to_steps
+from replaybuf_core.sampling.sampler import SequenceSampler
+from replaybuf_core.sampling.sampler_indices import _create_indices_numpy
+from replaybuf_core.sampling.window_index import WindowIndex
+from replaybuf_core.sampling.window_sampler import WindowSampler, delta_timestamps_to_steps
 
 lengths_st = st.lists(st.integers(1, 12), min_size=1, max_size=8)
 

@@ -15,9 +15,20 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .. import registry
-from . import (backends_cmd, copy_cmd, edit_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
-               stats_cmd, verify_cmd, view_cmd)
+from replaybuf_core import registry
+from . import (
+    backends_cmd,
+    copy_cmd,
+    edit_cmd,
+    formats_cmd,
+    import_cmd,
+    info_cmd,
+    merge_cmd,
+    rechunk_cmd,
+    stats_cmd,
+    verify_cmd,
+    view_cmd,
+)
 
 CORE_COMMANDS = (backends_cmd, copy_cmd, edit_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
                  stats_cmd, verify_cmd, view_cmd)

@@ -3,7 +3,7 @@ its chunks, codecs, shards, meta arrays and attributes — on this machine or a 
 
 from __future__ import annotations
 
-from ..cluster import add_cluster_arguments, client_for
+from replaybuf_core.cluster.clients import add_cluster_arguments, client_for
 
 
 def register(sub) -> None:
@@ -31,10 +31,10 @@ def run(args) -> int:
     """
     import os
 
-    from ..buffer import ReplayBuffer
-    from ..cluster_copy import check_cluster_destination
-    from ..errors import CorruptStoreError
-    from ..locations import check_apart, is_object_url, local_path
+    from replaybuf_core.store.buffer import ReplayBuffer
+    from replaybuf_core.cluster.copy import check_cluster_destination
+    from replaybuf_core.errors import CorruptStoreError
+    from replaybuf_core.locations import check_apart, is_object_url, local_path
 
     if (args.workers is not None or args.scheduler is not None):
         check_cluster_destination(args.backend, "a copy")

@@ -1,5 +1,5 @@
 """``replaybuf edit delete|trim|keep PATH ...``: edit a store in place (crash-safe; see
-:mod:`replaybuf_core.editing`).  Bad indices or ranges are refused with nothing changed."""
+:mod:`replaybuf_core.store.editing`).  Bad indices or ranges are refused with nothing changed."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """Run the edit with parsed ``args``; returns the exit code (0 done, 2 refused)."""
-    from ..buffer import ReplayBuffer
-    from ..importing.arguments import parse_episodes
+    from replaybuf_core.store.buffer import ReplayBuffer
+    from replaybuf_core.importing.arguments import parse_episodes
 
     with ReplayBuffer(args.path) as rb:
         before = (rb.n_episodes, rb.n_steps)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .. import registry
+from replaybuf_core import registry
 
 
 def register(sub) -> None:

@@ -1,14 +1,14 @@
 """``replaybuf import [FORMAT] SRC DST``: any installed format into a new store, on the one import
 pipeline (:mod:`replaybuf_core.importing.pipeline`).  FORMAT is guessed from SRC when omitted;
-formats add their own options (:meth:`~replaybuf_core.importing.source.FormatEntrypoint.add_arguments`)."""
+formats add their own options (:meth:`~replaybuf_core.source.FormatEntrypoint.add_arguments`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .. import registry
-from ..cluster import add_cluster_arguments, client_for
+from replaybuf_core import registry
+from replaybuf_core.cluster.clients import add_cluster_arguments, client_for
 
 
 def register(sub) -> None:
@@ -72,7 +72,7 @@ class _Recording:
 
 def run(args) -> int:
     """Run the import described by ``args``; returns 0 when verified, 1 when a check failed."""
-    from ..importing.pipeline import check_destination, check_settings, import_source
+    from replaybuf_core.importing.pipeline import check_destination, check_settings, import_source
 
     if len(args.paths) not in (2, 3):
         raise ValueError(f"expected [FORMAT] SRC DST, got {len(args.paths)} path argument(s): {args.paths}")
@@ -96,7 +96,7 @@ def run(args) -> int:
                   drop_empty_episodes=args.drop_empty_episodes)
     with client_for(args) as client:
         if client is not None:
-            from ..importing import import_dataset
+            from replaybuf_core.importing import import_dataset
 
             report = import_dataset(src, dst, entry.name, format_options=options, client=client, **kwargs)
         else:

@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 ok, 1 failed check, 2 bad input)."""
-    from ..inspect import buffer_info, format_info
+    from replaybuf_core.inspection.summary import buffer_info, format_info
 
     info = buffer_info(args.path)
     print(json.dumps(info, indent=2) if args.json else format_info(info))

@@ -16,7 +16,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused)."""
-    from ..merging import merge_stores
+    from replaybuf_core.store.merging import merge_stores
 
     if len(args.paths) < 2:
         raise ValueError("give at least one SRC and the DST")

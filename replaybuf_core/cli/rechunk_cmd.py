@@ -3,7 +3,7 @@ rechunk / recompress of ``ReplayBuffer.set_chunks`` / ``set_compressors`` from t
 
 from __future__ import annotations
 
-from ..cluster import add_cluster_arguments, client_for
+from replaybuf_core.cluster.clients import add_cluster_arguments, client_for
 
 
 def register(sub) -> None:
@@ -40,9 +40,9 @@ def _pairs(items: list[str], keys: list[str], what: str, star: list[str] | None 
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused)."""
-    from ..buffer import ReplayBuffer
-    from ..codec_names import describe_codec
-    from ..frames import frame_keys
+    from replaybuf_core.store.buffer import ReplayBuffer
+    from replaybuf_core.layout.codec_names import describe_codec
+    from replaybuf_core.layout.frames import frame_keys
 
     if not args.chunk_length and not args.compressor:
         raise ValueError("nothing to do: give --chunk-length KEY=N and/or --compressor KEY=PRESET")

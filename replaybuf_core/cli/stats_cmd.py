@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from ..cluster import add_cluster_arguments, client_for
+from replaybuf_core.cluster.clients import add_cluster_arguments, client_for
 
 
 def register(sub) -> None:
@@ -42,13 +42,13 @@ def run(args) -> int:
     import os
     import sys
 
-    from ..buffer import ReplayBuffer
+    from replaybuf_core.store.buffer import ReplayBuffer
 
     path = os.path.expanduser(args.path)
     with (ReplayBuffer(path) if args.save else ReplayBuffer.create_from_path(path)) as rb, client_for(args) as client:
         summarizer = None
         if client is not None:
-            from ..stats_distributed import cluster_summarizer
+            from replaybuf_core.cluster.stats import cluster_summarizer
 
             if not args.recompute:
                 print("note: stored statistics are used as they are; only episodes recorded since they were "

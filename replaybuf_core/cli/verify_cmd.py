@@ -12,16 +12,16 @@ def register(sub) -> None:
     p.add_argument("path", metavar="PATH", help="store to check (opened read-only)")
     p.add_argument("--repair", action="store_true",
                    help="first undo interrupted writes (open writable, take the writer lock; see "
-                        "replaybuf_core.recovery) and say what was done, then verify")
+                        "replaybuf_core.store.recovery) and say what was done, then verify")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 ok, 1 failed check, 2 bad input)."""
-    from ..verify import verify_store
+    from replaybuf_core.inspection.verify import verify_store
 
     if getattr(args, "repair", False):
-        from ..recovery import repair
+        from replaybuf_core.store.recovery import repair
 
         report = repair(args.path)
         for line in report.messages() or ["repair: nothing to do"]:

@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 ok, 1 failed check, 2 bad input)."""
-    from ..view import render_episode
+    from replaybuf_core.inspection.view import render_episode
 
     try:
         r = render_episode(args.path, args.episode, args.out, key=args.key, max_frames=args.frames)

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry
-from ..buffer import ReplayBuffer
-from ..errors import CorruptStoreError
-from ..importing.source import FormatEntrypoint, KeySpec, Source
-from ..schema import is_frame_shape
+from replaybuf_core import registry
+from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.errors import CorruptStoreError
+from replaybuf_core.source import FormatEntrypoint, KeySpec, Source
+from replaybuf_core.layout.schema import is_frame_shape
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def import_diffusion_policy(
         CorruptStoreError (a ValueError): ``src`` is not a replay buffer.
         and what :func:`~replaybuf_core.importing.import_source` raises.
     """
-    from ..importing.pipeline import check_destination, check_settings, import_source
+    from replaybuf_core.importing.pipeline import check_destination, check_settings, import_source
 
     check_settings(lossy_quality, image_frames_per_shard)
     if os.path.exists(os.path.expanduser(os.fspath(src))):

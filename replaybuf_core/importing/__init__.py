@@ -6,7 +6,7 @@ plugins (:class:`.source.FormatEntrypoint`, found through the ``replaybuf_format
 """
 
 from .report import ImportReport, KeyReport
-from .source import KINDS, FormatEntrypoint, KeySpec, Source
+from replaybuf_core.source import KINDS, FormatEntrypoint, KeySpec, Source
 
 __all__ = ["ImportReport", "KeyReport", "KINDS", "FormatEntrypoint", "KeySpec", "Source", "import_source",
            "import_dataset", "parse_episodes"]

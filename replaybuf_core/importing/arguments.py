@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry
-from ..locations import is_object_url, local_path
-from ..sharding import validate_image_frames_per_shard
+from replaybuf_core import registry
+from replaybuf_core.locations import is_object_url, local_path
+from replaybuf_core.layout.sharding import validate_image_frames_per_shard
 
 
 def parse_episodes(spec: Any, n: int) -> list[int]:
@@ -88,7 +88,7 @@ def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: s
         OSError: a URL whose bucket is missing or whose endpoint does not answer (named).
         BackendNotFoundError: no backend called ``backend``.
     """
-    from ..protocol import CAP_PERSISTENT
+    from replaybuf_core.protocol import CAP_PERSISTENT
 
     entry = registry.get_backend(backend)
     if CAP_PERSISTENT not in entry.capabilities:

@@ -3,7 +3,7 @@
 Exact keys are compared bit for bit (after the proven-lossless uint8 conversion, so
 ``stored.astype(source dtype)`` is bit-identical to the source); lossy image keys by squared error
 (PSNR in dB).  Rows are checked as soon as the writer reports them stored
-(:meth:`~replaybuf_core.writer.EpisodeWriter.stored_rows`), before their episode commits, so the
+(:meth:`~replaybuf_core.store.writer.EpisodeWriter.stored_rows`), before their episode commits, so the
 source values held for the check are bounded by what the writer has in flight — not by the
 length of an episode.  Keys of at most :data:`WHOLE_KEY_BYTES` in all (numbers) are kept whole and
 compared once at the end: their long chunks would otherwise be decoded again for every part.

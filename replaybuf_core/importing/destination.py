@@ -1,5 +1,5 @@
 """Where an import builds its store: beside a local destination, swapped in once verified
-(:func:`~replaybuf_core.replace.build_beside`), or in place at an object-storage URL, which has no
+(:func:`~replaybuf_core.store.replace.build_beside`), or in place at an object-storage URL, which has no
 rename (see :func:`~replaybuf_core.importing.pipeline.import_source`)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..buffer import ReplayBuffer
-from ..replace import build_beside
-from .source import _disk_bytes
+from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.store.replace import build_beside
+from replaybuf_core.source import _disk_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ The plan (issue "Beyond one machine"):
 2. **Spans.**  Each key's rows are cut into spans of whole stored objects (its shard, else its chunk,
    along axis 0) of about :data:`SPAN_BYTES` of source values, so no two tasks ever write the same
    object.  A task reads the rows of its span from the source (random access:
-   :meth:`~replaybuf_core.importing.source.Source.read_rows`, episode by episode), converts them as
+   :meth:`~replaybuf_core.source.Source.read_rows`, episode by episode), converts them as
    the serial import does (float frames proven uint8, native byte order), writes them with one
    ``write`` and reads them back to check them (bit for bit; lossy keys by squared error).
 3. **The commit** is the client's alone: as spans complete, the episodes whose rows are all written
@@ -21,7 +21,7 @@ Tasks are idempotent: a retried task (its worker was killed; the scheduler runs 
 writes the same objects with the same bytes.  A task that fails (a source episode that cannot be
 read) fails the import with its error, which names the episode; the tasks not yet started are told
 to stop and the running ones are waited for before the build is removed
-(:class:`~replaybuf_core.cluster_tasks.TaskWindow`).
+(:class:`~replaybuf_core.cluster.tasks.TaskWindow`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry
-from ..cluster_tasks import TaskWindow, stopped, worker_resource
+from replaybuf_core import registry
+from replaybuf_core.cluster.tasks import TaskWindow, stopped, worker_resource
 from .check import Checker, psnr_db, same_bits
 from .plan import KeyPlan
 from .uint8_exact import as_uint8_if_lossless, first_bad_value

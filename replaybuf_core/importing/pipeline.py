@@ -1,4 +1,4 @@
-"""The import pipeline: any :class:`~replaybuf_core.importing.source.Source` into a new store, the
+"""The import pipeline: any :class:`~replaybuf_core.source.Source` into a new store, the
 same way for every format.
 
 :func:`import_source` plans each key's storage (:mod:`~replaybuf_core.importing.plan`), streams the
@@ -8,7 +8,7 @@ to uint8 as they stream (restarting with the key kept when a value is not an int
 verifies every stored row against the source values (:mod:`~replaybuf_core.importing.check`), records
 provenance in the destination's ``data`` attributes, shows a progress bar, and builds the destination
 beside its final path, moving it into place only once verified
-(:func:`~replaybuf_core.replace.build_beside`): an error, Ctrl-C or SIGTERM leaves no half-written
+(:func:`~replaybuf_core.store.replace.build_beside`): an error, Ctrl-C or SIGTERM leaves no half-written
 output, and an existing store replaced with ``overwrite`` stays as it was until the swap.
 
 What the destination holds besides ``data/<key>`` and ``meta/episode_ends``:
@@ -34,26 +34,26 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry
-from ..buffer import ReplayBuffer
-from ..cluster_copy import check_client, check_cluster_destination
-from ..codec_names import describe_codec
-from ..interrupts import deferred_sigint
-from ..prefetch import prefetch
+from replaybuf_core import registry
+from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.cluster.copy import check_client, check_cluster_destination
+from replaybuf_core.layout.codec_names import describe_codec
+from replaybuf_core.store.interrupts import deferred_sigint
+from .prefetch import prefetch
 from .arguments import check_destination, check_settings, parse_episodes
 from .check import Checker, psnr_db, same_bits
 from .destination import building
 from .distributed import NotLossless, stream_on_cluster
 from .plan import KeyPlan, native, plan_key
 from .report import ImportReport, KeyReport
-from .source import Source
+from replaybuf_core.source import Source
 from .uint8_exact import as_uint8_if_lossless, first_bad_value
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["import_source", "import_dataset", "parse_episodes", "check_settings", "check_destination", "IMPORT_COMMIT_INTERVAL", "PART_BYTES"]
 
-#: Seconds between commits while importing (see :class:`~replaybuf_core.writer.EpisodeWriter`).
+#: Seconds between commits while importing (see :class:`~replaybuf_core.store.writer.EpisodeWriter`).
 IMPORT_COMMIT_INTERVAL = 0.25
 #: Source bytes per part of an episode (all keys): long episodes stream in parts of about this size.
 PART_BYTES = 16 * 2**20
@@ -272,7 +272,7 @@ def import_source(
                 _no_cache(rb.store)
                 summarizer = None
                 if client is not None:
-                    from ..stats_distributed import cluster_summarizer
+                    from replaybuf_core.cluster.stats import cluster_summarizer
 
                     summarizer = cluster_summarizer(client, os.fspath(beside.path), storage_options, backend)
                 rb.get_stats(summarizer=summarizer)  # stored with the store (meta/replaybuf_stats), kept up to date
@@ -461,8 +461,8 @@ def _meta_arrays(source: Source, indices: list[int]) -> dict[str, np.ndarray]:
 
 
 def _write_meta(dst: Any, name: str, values: np.ndarray) -> None:
-    from ..chunks import get_optimal_chunks
-    from ..compressors import resolve_compressor
+    from replaybuf_core.layout.chunks import get_optimal_chunks
+    from replaybuf_core.layout.compressors import resolve_compressor
 
     values = np.asarray(values)
     if values.ndim == 0:

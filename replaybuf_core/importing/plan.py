@@ -7,7 +7,7 @@
   (:func:`~replaybuf_core.importing.uint8_exact.as_uint8_if_lossless`); ``keep_dtype`` keeps them.
 * ``depth`` (depth maps, e.g. uint16): lossless Blosc in the source dtype, never WebP (8-bit only).
 * ``numbers``: the source dtype, Blosc lz4 (the ``"default"`` preset), chunks of about 2 MB
-  (:func:`~replaybuf_core.chunks.get_optimal_chunks`).
+  (:func:`~replaybuf_core.layout.chunks.get_optimal_chunks`).
 * ``strings``: text arrays, uncompressed.
 
 Values in a non-native byte order (big-endian HDF5 datasets) are stored in native order: the same
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..chunks import get_optimal_chunks
-from ..compressors import resolve_compressor
-from ..schema import is_frame_shape
-from ..sharding import get_image_shard_shape
-from .source import KeySpec
+from replaybuf_core.layout.chunks import get_optimal_chunks
+from replaybuf_core.layout.compressors import resolve_compressor
+from replaybuf_core.layout.schema import is_frame_shape
+from replaybuf_core.layout.sharding import get_image_shard_shape
+from replaybuf_core.source import KeySpec
 
 
 @dataclass

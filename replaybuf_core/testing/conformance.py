@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..buffer import ReplayBuffer
-from ..errors import CorruptStoreError
-from ..protocol import CAP_CHUNKS
+from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.errors import CorruptStoreError
+from replaybuf_core.protocol import CAP_CHUNKS
 from .data import assert_buffer_equal, assert_episode_equal, assert_snapshot_equal, make_episode, snapshot
 from .harness import BackendHarness, filled, has_capability
 from .durability_conformance import CrashConformance, StatefulConformance
@@ -112,7 +112,7 @@ class ConstructorConformance:
             harness.reopen(buf)
 
     def test_unknown_backend_name(self, harness):
-        from ..errors import BackendNotFoundError
+        from replaybuf_core.errors import BackendNotFoundError
 
         buf = harness.make_empty()
         with pytest.raises(BackendNotFoundError, match=harness.name):

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..buffer import ReplayBuffer
-from ..recovery import is_temp_name
+from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.store.recovery import is_temp_name
 
 KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
          "rechunk_recompress", "delete_episodes")
-#: edits (:mod:`replaybuf_core.editing`): the child deletes episode 1 again and again
+#: edits (:mod:`replaybuf_core.store.editing`): the child deletes episode 1 again and again
 EDIT_KINDS = ("delete_episodes",)
 APPEND_KINDS = ("add_episode", "writer", "writer_frames")
 #: the kinds a third-party persistent backend is held to (no zarr-only operation)
@@ -182,7 +182,7 @@ def _check_content(rb: ReplayBuffer, n: int, ids: list[int] | None = None) -> st
 def _break_dead_writers_lease(path: str | os.PathLike) -> None:
     """On object storage the killed child's lease outlives it (no server notices a death): break it,
     as an operator does with ``replaybuf unlock`` once the writer is known dead."""
-    from ..locations import is_object_url
+    from replaybuf_core.locations import is_object_url
 
     if is_object_url(path):
         from replaybuf_zarr.object_store import break_lease

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..buffer import ReplayBuffer
+from replaybuf_core.store.buffer import ReplayBuffer
 
 
 def make_episode(length: int, seed: int = 0, *, strings: bool = False,

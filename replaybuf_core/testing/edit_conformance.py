@@ -75,7 +75,7 @@ class StatsConformance:
     reopening, and following appends and edits, each time equal to NumPy over the episodes kept."""
 
     def test_stored_stats_follow_appends_and_edits(self, harness: BackendHarness):
-        from replaybuf_core.stats_store import RECORD
+        from replaybuf_core.store.stored_stats import RECORD
 
         buf, eps = _filled(harness, (4, 6, 3, 5))
 

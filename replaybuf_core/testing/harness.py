@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..buffer import ReplayBuffer
+from replaybuf_core.store.buffer import ReplayBuffer
 from .data import make_episode
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..errors import ReadOnlyError
-from ..protocol import CAP_CHUNKS, CAP_CODECS
+from replaybuf_core.errors import ReadOnlyError
+from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS
 from .data import assert_buffer_equal, assert_snapshot_equal, make_episode, snapshot
 from .harness import filled, has_capability
 

@@ -16,7 +16,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ..protocol import CAP_CHUNKS, CAP_CODECS
+from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS
 from .data import assert_episode_equal, make_episode
 from .harness import BackendHarness
 

@@ -13,17 +13,17 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from replaybuf_core.frames import frame_keys
-from replaybuf_core.sampler import SequenceSampler
+from replaybuf_core.layout.frames import frame_keys
+from replaybuf_core.sampling.sampler import SequenceSampler
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
 from replaybuf_core.torch.opening import LazyStore
-from replaybuf_core.window_sampler import WindowSampler
+from replaybuf_core.sampling.window_sampler import WindowSampler
 
 __all__ = ["SequenceDataset", "WindowDataset"]
 
 
 def image_keys_of(buffer: Any, keys: Sequence[str]) -> list[str]:
-    """Keys holding camera frames (see :func:`replaybuf_core.frames.frame_keys`)."""
+    """Keys holding camera frames (see :func:`replaybuf_core.layout.frames.frame_keys`)."""
     return frame_keys(buffer, keys)
 
 

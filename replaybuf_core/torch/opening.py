@@ -52,7 +52,7 @@ class LazyStore:
     def _open_buffer(self) -> Any:
         if self._factory is not None:
             return self._factory()
-        from replaybuf_core.buffer import ReplayBuffer
+        from replaybuf_core.store.buffer import ReplayBuffer
 
         return ReplayBuffer.create_from_path(self._path)
 

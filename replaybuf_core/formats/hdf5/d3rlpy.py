@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ...importing.source import FormatEntrypoint, KeySpec, Source
+from replaybuf_core.source import FormatEntrypoint, KeySpec, Source
 from .common import attrs_of, datasets, is_hdf5, jsonable, key_of, member_names, open_file, read
 from .episodes import _kind
 

@@ -1,5 +1,5 @@
 """An HDF5 file with one group per episode (robomimic ``data/demo_N``, Minari ``episode_N``, ManiSkill
-``traj_N``) as an import :class:`~replaybuf_core.importing.source.Source`.
+``traj_N``) as an import :class:`~replaybuf_core.source.Source`.
 
 Each dataset under an episode group is classified by its length against the episode's ``T``
 steps (which the format says: ``num_samples``, the actions' length...):
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ...importing.source import KeySpec, Source
-from ...schema import is_frame_shape
+from replaybuf_core.source import KeySpec, Source
+from replaybuf_core.layout.schema import is_frame_shape
 from .common import attrs_of, check_filters, datasets, key_of, open_file, read, require_h5py
 
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from ...importing.source import FormatEntrypoint
+from replaybuf_core.source import FormatEntrypoint
 
 __all__ = ["LeRobotFormat"]
 

@@ -1,4 +1,4 @@
-"""A LeRobot dataset (v2.0, v2.1, v3.0) as an import :class:`~replaybuf_core.importing.source.Source`.
+"""A LeRobot dataset (v2.0, v2.1, v3.0) as an import :class:`~replaybuf_core.source.Source`.
 
 Keys: every parquet row column under its LeRobot name (``observation.state``, ``action``,
 ``next.reward``, ``timestamp``, ``frame_index``, ``episode_index``, ``index``, ``task_index``...), in
@@ -24,9 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from ...importing.source import KeySpec, Source
+from replaybuf_core.source import KeySpec, Source
 from .columns import arrow_step, column_array, decode_image
-from .layout import Locator, read_info, read_stats, read_tasks, read_v2_episodes, read_v3_episodes, require_pyarrow
+from .layout import (
+    Locator,
+    read_info,
+    read_stats,
+    read_tasks,
+    read_v2_episodes,
+    read_v3_episodes,
+    require_pyarrow,
+)
 from .video import VideoReader, require_av
 
 #: Video codecs that store frames exactly (no "lossy when recorded" note).

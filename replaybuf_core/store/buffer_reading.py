@@ -1,0 +1,145 @@
+"""The reading verbs of :class:`~replaybuf_core.ReplayBuffer`: episodes, step slices, batched
+ranges and row gathers, the decoded-chunk cache and ``warm``.  A mixin: it uses the buffer's
+``_store``, ``_n_ep``, ``episode_ends`` and ``keys()``."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from .buffer_checks import _check_index
+from replaybuf_core.errors import CapabilityError
+from replaybuf_core.protocol import read_rows_via_ranges
+
+
+class StepReading:
+    """``ReplayBuffer``'s read methods (see the class docstring there)."""
+
+    # ------------------------------------------------------------------ reading
+    def get_episode_slice(self, idx: int) -> slice:
+        """``slice(start, stop)`` of episode ``idx`` in step indices (negative ``idx`` counts from the
+        end). Raises IndexError (out of range, naming index and count) / TypeError (not an int)."""
+        i = _check_index(idx, self._n_ep)
+        start = int(self._ends[i - 1]) if i > 0 else 0
+        return slice(start, int(self._ends[i]))
+
+    def get_episode(self, idx: int, copy: bool = False) -> dict[str, np.ndarray]:
+        """Episode ``idx`` as key → array (T, ...); O(1) index resolution, negative allowed.
+
+        ``copy=False`` may return views into in-memory storage. Raises IndexError / TypeError."""
+        sl = self.get_episode_slice(idx)
+        return self.get_steps_slice(sl.start, sl.stop, copy=copy)
+
+    def get_steps_slice(self, start: int | None, stop: int | None, step: int | None = None,
+                        copy: bool = False) -> dict[str, np.ndarray]:
+        """Steps ``[start:stop:step]`` (Python slice semantics over ``n_steps``) of every data key.
+
+        Raises:
+            ValueError: ``step`` ≤ 0.
+        """
+        if step is not None and step <= 0:
+            raise ValueError(f"step must be positive, got {step}")
+        a, b, st = slice(start, stop, step).indices(self.n_steps)
+        b = max(a, b)
+        out = {}
+        for key in self.keys():
+            x = self._store.read("data", key, a, b, st if st != 1 else None)
+            # backends hand out fresh arrays or views of their memory; copy only the views
+            out[key] = x.copy() if copy and not x.flags.owndata else x
+        return out
+
+    def read_ranges(self, key: str, starts, stops) -> list[np.ndarray]:
+        """Rows ``[starts[i], stops[i])`` of data ``key`` for every i (one ndarray each), served by the
+        backend's batched reader when it has one.  The arrays may be read-only views of the backend's
+        cache or memory: copy one before writing to it.
+
+        Raises:
+            KeyError: unknown key.  ValueError: ranges outside ``[0, n_steps]`` or lengths differ.
+        """
+        if key not in self:
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        starts = np.asarray(starts, dtype=np.int64)
+        stops = np.asarray(stops, dtype=np.int64)
+        if starts.shape != stops.shape or starts.ndim != 1:
+            raise ValueError(f"starts {starts.shape} and stops {stops.shape} must be 1-D of one length")
+        if starts.size and (starts.min() < 0 or stops.max() > self.n_steps or np.any(stops < starts)):
+            raise ValueError(f"row ranges must satisfy 0 <= start <= stop <= n_steps={self.n_steps}")
+        return self._store.read_ranges("data", key, starts, stops)
+
+    def read_rows(self, key: str, rows, out: np.ndarray | None = None) -> np.ndarray:
+        """Gather steps ``rows`` (int array of any shape) of data ``key``: returns an array of shape
+        ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view), decoding
+        every chunk touched once.  The sampler's batch path; NumPy buffers do one fancy index.
+
+        Raises:
+            KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``.
+            ValueError: ``out`` of the wrong shape.
+        """
+        rows, out = self._rows_and_out(key, rows, out)
+        gather = getattr(self._store, "read_rows", None)
+        if gather is not None:
+            return gather("data", key, rows, out)
+        return read_rows_via_ranges(self._store, "data", key, rows, out)
+
+    def read_rows_async(self, key: str, rows, out: np.ndarray | None = None) -> Any:
+        """Start :meth:`read_rows`: returns an object whose ``result()`` completes the read and
+        returns the filled array.  On backends with ``read_rows_async`` (zarr) thread-pool helpers
+        start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
+        join in; elsewhere the read is done before returning.  Leave ``out`` alone until
+        ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
+        rows, out = self._rows_and_out(key, rows, out)
+        start = getattr(self._store, "read_rows_async", None)
+        if start is not None:
+            return start("data", key, rows, out)
+        done: Future = Future()
+        gather = getattr(self._store, "read_rows", None)
+        done.set_result(gather("data", key, rows, out) if gather is not None
+                        else read_rows_via_ranges(self._store, "data", key, rows, out))
+        return done
+
+    def _rows_and_out(self, key: str, rows, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        if key not in self:
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_steps):
+            bad = rows[(rows < 0) | (rows >= self.n_steps)].flat[0]
+            raise IndexError(f"row {int(bad)} is out of range for {self.n_steps} steps")
+        shape = rows.shape + tuple(self._store.shape("data", key)[1:])
+        if out is None:
+            out = np.empty(shape, dtype=self._store.dtype("data", key))
+        elif out.shape != shape:
+            raise ValueError(f"out has shape {out.shape}, expected {shape}")
+        return rows, out
+
+    # ------------------------------------------------------------------ read cache
+    @property
+    def cache_bytes(self) -> int | None:
+        """Capacity in bytes of the backend's cache of decoded chunks (zarr: 256 MiB by default,
+        shared by every key of this buffer); None for backends without one.  Set it to trade memory
+        for speed: a cache as large as the decoded data set makes repeated sampling run from memory.
+
+        Raises ValueError when set to a negative number; CapabilityError when the backend has no cache."""
+        return getattr(self._store, "cache_bytes", None)
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int) -> None:
+        if not hasattr(self._store, "cache_bytes"):
+            raise CapabilityError(f"the {self.backend!r} backend has no chunk cache")
+        self._store.cache_bytes = value
+
+    def warm(self, keys: list[str] | None = None) -> None:
+        """Load the named data keys (default: all) wholly into memory, so later reads of them never
+        touch the store — what diffusion_policy users get from ``copy_from_path``, without copying
+        the buffer.  A no-op for in-memory backends; backends without ``pin`` ignore it.
+
+        Raises KeyError naming an unknown key."""
+        keys = self.keys() if keys is None else list(keys)
+        for key in keys:
+            if key not in self:
+                raise KeyError(f"warm: no data key {key!r} (keys: {self.keys()})")
+        pin = getattr(self._store, "pin", None)
+        if pin is not None:
+            for key in keys:
+                pin("data", key)

@@ -1,0 +1,113 @@
+"""Merging stores: ``ReplayBuffer.merge(sources, dst)`` writes the episodes of every source, in
+order, into a new store — built beside ``dst`` and swapped in only once complete.
+
+The sources must agree on their data keys, dtypes and step shapes (the error names the source, the
+key and what differs).  The new store takes the first source's layout (chunks, codecs, shards: a
+zarr-to-zarr copy keeps them, WebP frames included); the later sources' episodes are appended one
+at a time through an ``EpisodeWriter`` (memory: one episode).  Per-episode meta arrays (one row per
+episode, e.g. ``source_episode_index``, ``episode_attrs``, masks) present in every source with one
+dtype and row shape are concatenated; others are left out, and the returned report says which.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from .editing import episode_meta_arrays
+from .replace import build_beside
+
+__all__ = ["merge_stores"]
+
+
+def _describe(src: Any, i: int) -> str:
+    root = getattr(src, "_merge_name", None)
+    return f"source {i} ({root})" if root else f"source {i}"
+
+
+def _layout(buf: Any) -> dict[str, tuple]:
+    s = buf.store
+    return {k: (np.dtype(s.dtype("data", k)), tuple(s.shape("data", k)[1:])) for k in buf.keys()}
+
+
+def check_compatible(buffers: Sequence[Any]) -> None:
+    """Raise ValueError naming the first source whose keys, dtypes or step shapes differ from
+    source 0's."""
+    want = _layout(buffers[0])
+    for i, b in enumerate(buffers[1:], 1):
+        got = _layout(b)
+        if set(got) != set(want):
+            missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+            raise ValueError(f"{_describe(b, i)} has other data keys than source 0: missing {missing}, extra {extra}")
+        for k, (dtype, shape) in want.items():
+            if got[k] != (dtype, shape):
+                raise ValueError(f"{_describe(b, i)}: key {k!r} is {got[k][0]} {got[k][1]} per step, source 0 has "
+                                 f"{dtype} {shape}")
+
+
+def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: bool = False) -> dict[str, Any]:
+    """Write the episodes of ``sources`` (paths or ReplayBuffers), in order, to a new zarr store at
+    ``dst``.  Returns ``{"n_episodes", "n_steps", "meta_merged", "meta_left_out"}``.
+
+    Raises:
+        ValueError: fewer than one source, sources that disagree (see :func:`check_compatible`),
+            ``dst`` is one of the sources, or a URL (merge locally, then ``save_to_path(URL)``).
+        FileExistsError: ``dst`` exists and ``overwrite`` is False.
+        StoreLockedError: another process writes ``dst``.
+    """
+    from .buffer import ReplayBuffer
+
+    if not sources:
+        raise ValueError("merge needs at least one source")
+    from replaybuf_core.locations import check_apart, local_path
+
+    # a local path only: the merged store is built beside and swapped in (object stores cannot rename)
+    dst_text = os.path.realpath(local_path(dst, "merge destination"))
+    opened, buffers = [], []
+    try:
+        for i, s in enumerate(sources):
+            if isinstance(s, (str, os.PathLike)):
+                if os.path.realpath(os.path.expanduser(os.fspath(s))) == dst_text:
+                    raise ValueError(f"source {i} ({s}) is the destination: merge into a new path")
+                try:
+                    check_apart(s, dst_text)  # nor inside it, nor holding it
+                except ValueError as exc:
+                    raise ValueError(f"source {i} ({s}): {exc}") from None
+                b = ReplayBuffer.create_from_path(s)
+                b._merge_name = os.fspath(s)
+                opened.append(b)
+            else:
+                b = s
+            buffers.append(b)
+        if os.path.exists(dst_text) and not overwrite:
+            raise FileExistsError(f"{dst_text} exists: pass overwrite=True (--overwrite) to replace it")
+        check_compatible(buffers)
+        metas = [set(episode_meta_arrays(b.store, b.n_episodes)) for b in buffers]
+        common = set.intersection(*metas)
+
+        def meta_layout(b, m):
+            return np.dtype(b.store.dtype("meta", m)), tuple(b.store.shape("meta", m)[1:])
+
+        merged = sorted(m for m in common if len({meta_layout(b, m) for b in buffers}) == 1)
+        left_out = sorted(set.union(*metas) - set(merged))
+        with build_beside(dst_text) as beside:
+            buffers[0].save_to_path(beside.path)
+            with ReplayBuffer(os.fspath(beside.path)) as out:
+                for m in left_out:
+                    if out.store.has_array("meta", m):
+                        out.store.delete_array("meta", m)
+                with out.writer() as w:
+                    for b in buffers[1:]:
+                        for e in range(b.n_episodes):
+                            w.add_episode(b.get_episode(e, copy=True))
+                for m in merged:
+                    rows = np.concatenate([np.asarray(b.store.read("meta", m, 0, b.n_episodes)) for b in buffers])
+                    out.store.resize("meta", m, rows.shape[0])
+                    out.store.write("meta", m, 0, rows)
+                n_episodes, n_steps = out.n_episodes, out.n_steps
+        return {"n_episodes": n_episodes, "n_steps": n_steps, "meta_merged": merged, "meta_left_out": left_out}
+    finally:
+        for b in opened:
+            b.close()

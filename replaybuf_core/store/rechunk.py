@@ -1,0 +1,137 @@
+"""Rechunking and recompressing arrays in place — built beside, swapped in, recoverable — and the
+chunk/codec verbs of :class:`~replaybuf_core.ReplayBuffer` (``get_chunks``, ``set_chunks``,
+``get_compressors``, ``set_compressors``; a mixin using the buffer's ``_store``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from .buffer_checks import _serialized
+from replaybuf_core.layout.chunks import check_chunks_compatible
+from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
+from .copying import copy_array
+from replaybuf_core.errors import CapabilityError
+from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+from .recovery import temp_names
+
+
+logger = logging.getLogger(__name__)
+
+
+class ChunkCodecEditing:
+    """``ReplayBuffer``'s chunk and codec methods."""
+
+    def _require_cap(self, cap: str, what: str) -> None:
+        if cap not in self._store.capabilities:
+            raise CapabilityError(f"{what} needs a backend with {cap!r}; the {self.backend!r} backend has "
+                                  f"{sorted(self._store.capabilities)}")
+
+    def get_chunks(self) -> dict[str, tuple[int, ...]]:
+        """key → chunk shape. Raises CapabilityError (a RuntimeError) without chunk support."""
+        self._require_cap(CAP_CHUNKS, "get_chunks")
+        return {k: tuple(self._store.chunks("data", k)) for k in self.keys()}
+
+    @_serialized
+    def set_chunks(self, chunks: Mapping[str, tuple[int, ...]], client: Any = None) -> None:
+        """Rechunk the named arrays (streaming; the new array is written beside the old and swapped).
+        ``client``: a ``distributed.Client`` whose cluster writes the new arrays (see
+        :func:`rechunk_array`).
+
+        Raises:
+            CapabilityError: backend without chunks.  KeyError: unknown key.
+            ValueError / TypeError: chunk tuples rejected by :func:`check_chunks_compatible`; with
+            ``client``, a store the workers cannot reach or write (nothing changed).
+        """
+        self._require_cap(CAP_CHUNKS, "set_chunks")
+        self._require_writable()
+        for key, ck in chunks.items():
+            if key not in self:
+                raise KeyError(f"set_chunks: no data key {key!r} (keys: {self.keys()})")
+            check_chunks_compatible(ck, self._store.shape("data", key), self._store.dtype("data", key).itemsize)
+        for key, ck in chunks.items():
+            if tuple(ck) != tuple(self._store.chunks("data", key)):
+                rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck), client=client)
+
+    def get_compressors(self) -> dict[str, Any]:
+        """key → codec (compressor, or the serializer such as WebP for image arrays; None if none)."""
+        self._require_cap(CAP_CODECS, "get_compressors")
+        return {k: self._store.codec("data", k) for k in self.keys()}
+
+    @_serialized
+    def set_compressors(self, compressors: Mapping[str, Any], client: Any = None) -> None:
+        """Recompress the named arrays (preset names or codecs), keeping their chunks; ``client`` as
+        for :meth:`set_chunks`.
+
+        Raises: CapabilityError, KeyError (unknown key), ValueError (unknown preset name; with
+        ``client``, a store the workers cannot reach or write)."""
+        self._require_cap(CAP_CODECS, "set_compressors")
+        self._require_writable()
+        resolved = {}
+        for key, c in compressors.items():
+            if key not in self:
+                raise KeyError(f"set_compressors: no data key {key!r} (keys: {self.keys()})")
+            resolved[key] = _resolve_compressor(c)
+        for key, codec in resolved.items():
+            if not _same_codec(self._store, key, codec):
+                rechunk_array(self._store, "data", key, codec=codec, client=client)
+
+
+def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:
+    same = getattr(store, "codecs_equal", None)
+    current = store.codec("data", key)
+    if callable(same):
+        return bool(same(current, codec))
+    return current == codec
+
+
+_KEEP = object()
+
+
+def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple[int, ...] | None = None,
+                  codec: Any = _KEEP, shards: Any = _KEEP, tmp_key: str = "_temp", client: Any = None) -> None:
+    """Rewrite ``group/name`` with new chunks and/or codec: stream into ``<tmp_key>.<name>`` beside it,
+    then swap (old → ``<tmp_key>_old.<name>``, new → name, delete old), so a failure midway loses
+    nothing; a process killed midway leaves temps that :func:`replaybuf_core.store.recovery.recover` (run
+    by the next open) rolls back or deletes.
+
+    ``chunks=None`` keeps the current chunks; ``codec``/``shards`` default to the current ones (shards
+    are dropped when the new chunk length does not divide them).  ``client`` (a
+    ``distributed.Client``): the new array's rows are written on its cluster, one task per span of
+    whole new objects (:mod:`replaybuf_core.cluster.copy`), with the same bytes as here; the store
+    must be a zarr store at a path or URL the workers reach (ValueError, nothing changed, otherwise).
+    """
+    old_chunks = tuple(store.chunks(group, name))
+    new_chunks = tuple(chunks) if chunks is not None else old_chunks
+    check_chunks_compatible(new_chunks, store.shape(group, name), store.dtype(group, name).itemsize)
+    if codec is _KEEP:
+        codec = store.codec(group, name)
+    if shards is _KEEP:
+        shards = store.shards(group, name) if CAP_SHARDS in store.capabilities else None
+        if shards is not None and any(s % c for s, c in zip(shards, new_chunks)):
+            shards = None
+    if client is not None:  # refused before anything is written
+        from replaybuf_core.cluster.copy import check_client, check_cluster_destination, endpoint_of
+
+        check_client(client)
+        check_cluster_destination(endpoint_of(store).backend, "a rechunk")
+    tmp_key, backup = temp_names(name, tmp_key)  # the names say whose temps they are (recovery)
+    for stale in (tmp_key, backup):
+        if store.has_array(group, stale):
+            store.delete_array(group, stale)
+    try:
+        copy_array(store, group, name, store, group, tmp_key, chunks=new_chunks, codec=codec, shards=shards,
+                   client=client)
+    except BaseException:
+        try:
+            if store.has_array(group, tmp_key):  # else it shows up as a data key
+                store.delete_array(group, tmp_key)
+        except Exception as exc:  # noqa: BLE001 - e.g. a writer still finishing after Ctrl-C: the original
+            # error is what the caller must see; recovery (the next writable open) removes the temp array
+            logger.warning("could not remove %s/%s after a failed rechunk (the next writable open removes it): %s",
+                           group, tmp_key, exc)
+        raise
+    store.rename_array(group, name, backup)
+    store.rename_array(group, tmp_key, name)
+    store.delete_array(group, backup)

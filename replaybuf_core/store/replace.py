@@ -1,0 +1,155 @@
+"""Replacing a store directory safely: under its writer lock, built beside it, swapped in at the end.
+
+Every path that writes a whole store over an existing one (``save_to_path``, ``copy_from_path(...,
+store=P)``, ``replaybuf import ... --overwrite``) goes through :func:`build_beside`, so that
+
+* a store another process is recording into is never touched (its writer lock is taken first and
+  held until the swap: :class:`~replaybuf_core.errors.StoreLockedError` names the holder);
+* a failed or interrupted build leaves the old store as it was (the new one is written to a hidden
+  sibling directory, removed on failure);
+* the swap is two renames on one file system; a crash between them leaves the old store under
+  ``.<name>.replaced-<pid>`` and the new one under ``.<name>.building-<pid>`` — both complete, nothing
+  deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from replaybuf_core import locking
+from replaybuf_core.errors import StoreLockedError
+
+
+def _sibling(path: Path, what: str) -> Path:
+    return path.parent / f".{path.name}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class Beside:
+    """What :func:`build_beside` yields: ``path``, where to build the new store (it does not exist
+    yet), and ``swap``: set it False to abandon the build (it is removed, the old store stays)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.swap = True
+
+
+@contextmanager
+def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
+    """Build a store (directory or file) beside ``path`` and swap it in at the end.
+
+    Yields a :class:`Beside` whose ``path`` is a fresh hidden sibling of ``path``.  On a clean exit
+    (with ``swap`` left True) the new store replaces ``path`` (which may not exist); on an exception,
+    or with ``swap`` set False, the new one is removed and ``path`` is left alone.  An existing
+    directory's writer lock is held from the start to the swap.
+
+    Leftover builds of dead processes beside ``path`` (a SIGKILL mid-build) are removed first.
+
+    Raises:
+        StoreLockedError: another process holds ``path``'s writer lock, or this process has a
+            writable buffer open on it (before anything is built).
+        ValueError: ``path`` is a URL (``scheme://...``): only local paths are replaced here.
+        FileExistsError: ``path`` exists and is neither an empty directory nor a store an installed
+            backend recognises (a folder of other files, a document): never replaced.
+    """
+    text = os.fspath(path)
+    if "://" in text:
+        raise ValueError(f"{text} is a URL, not a local path; replacing it in place is not supported")
+    path = Path(os.path.abspath(os.path.expanduser(text)))
+    _refuse_replacing_what_is_not_a_store(path)
+    if path.is_dir() and locking.held_here(path):
+        raise StoreLockedError(f"{path} is open for writing in this process (a writable ReplayBuffer on "
+                               "it): close that buffer before replacing the store under it")
+    _remove_stale_builds(path)
+    lock = locking.acquire(path) if path.is_dir() else None
+    beside = Beside(_sibling(path, "building"))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield beside
+        if not beside.swap:
+            _remove(beside.path)
+        elif path.exists() or path.is_symlink():
+            old = _sibling(path, "replaced")
+            os.rename(path, old)
+            os.rename(beside.path, path)
+            if lock is not None:
+                lock.release()
+                lock = None
+            _remove(old)
+        else:
+            os.rename(beside.path, path)
+    except BaseException:
+        _remove(beside.path)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _refuse_replacing_what_is_not_a_store(path: Path) -> None:
+    """FileExistsError unless ``path`` is absent, a symlink (the link is replaced, never its target),
+    an empty directory, or a replay buffer's store: it opens read-only with the backend that claims
+    it and holds ``meta/episode_ends`` or data arrays (a name such as ``x.zarr`` or ``x.h5`` is not
+    enough: a folder or an HDF5 file of other things is never replaced)."""
+    if not path.exists() or path.is_symlink() or (path.is_dir() and not any(path.iterdir())):
+        return
+    from replaybuf_core.registry import guess_backend
+
+    try:  # a name (x.zarr, x.h5) is not enough: it must open as a replay buffer's store
+        store = guess_backend(os.fspath(path)).open(os.fspath(path), read_only=True)
+        try:
+            is_store = "episode_ends" in store.list_arrays("meta") or bool(store.list_arrays("data"))
+        finally:
+            store.close()
+    except Exception:  # noqa: BLE001 - whatever does not open as a store is not replaced
+        is_store = False
+    if not is_store:
+        kind = "a directory" if path.is_dir() else "a file"
+        raise FileExistsError(f"{path} exists and is {kind} that is not a store (it does not open as a replay "
+                              "buffer); refusing to replace it: choose another destination or remove it "
+                              "yourself") from None
+
+
+def _remove_stale_builds(path: Path) -> None:
+    """Remove ``.<name>.building-<pid>-*`` siblings whose process is gone (a build killed by SIGKILL
+    or a power cut); a build of a live process is left alone."""
+    for p in path.parent.glob(f".{path.name}.building-*"):
+        try:
+            pid = int(p.name[len(f".{path.name}.building-"):].split("-")[0])
+        except ValueError:
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            _remove(p)
+        except PermissionError:  # another user's live process
+            pass
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextmanager
+def holding_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold ``path``'s writer lock (when it is a directory) while writing into it in place.
+
+    Raises:
+        StoreLockedError: another process holds it.
+    """
+    path = Path(os.path.expanduser(os.fspath(path)))
+    lock = locking.acquire(path) if path.is_dir() else None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()

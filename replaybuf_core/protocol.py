@@ -52,6 +52,19 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       missing chunk file (``replaybuf verify``; decoding is checked by
                                       reading); ``rows``: only objects holding some of the first
                                       ``rows`` rows (the committed ones) count
+``create_schema_arrays(schema, **options)``  create the ``data`` arrays a
+                                      :class:`~replaybuf_core.layout.schema.DatasetSchema` declares
+                                      (:mod:`replaybuf_core.store.creation`; options ``image_codec``,
+                                      ``numeric_compressor``, ``image_frames_per_shard``)
+
+Optional methods of a :class:`BackendEntrypoint`:
+
+``check_schema(schema, **options)``   check what ``create_schema_arrays`` would be given, creating
+                                      nothing (before a path is touched)
+``as_data_group(native_group)``       a backend whose ``data`` group is any native group (the seed's
+                                      ``rechunk_recompress_array``)
+``break_lock(location, *, storage_options=None, force=False) -> holder | None``  break the writer
+                                      lock or lease a dead writer left behind (``replaybuf unlock``)
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ stored as zarr's variable-length UTF-8 and read back as ``object`` arrays of ``s
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,8 @@ from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .chunk_reader import ChunkReader, RowsRead, make_reader
 from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
-from .zarr_compat import buffer_prototype, sync
+from .members import collect, local_root, metadata_file_error, node_error, rename_member
+from .zarr_compat import sync
 
 
 def _is_string_dtype(dtype: np.dtype) -> bool:
@@ -63,7 +63,7 @@ class ZarrBackend:
         caps = {CAP_CHUNKS, CAP_CODECS}
         if root.metadata.zarr_format == 3:
             caps.add(CAP_SHARDS)
-        if _local_root(root.store) is not None or type(root.store).__name__ in ("ZipStore", "FsspecStore"):
+        if local_root(root.store) is not None or type(root.store).__name__ in ("ZipStore", "FsspecStore"):
             caps.add(CAP_PERSISTENT)
         caps.add(CAP_BATCHED_READ)
         self.capabilities = frozenset(caps)
@@ -130,7 +130,7 @@ class ZarrBackend:
         except KeyError:
             return False
         except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
-            raise _metadata_file_error(self._root.store, group, exc) from exc
+            raise metadata_file_error(self._root.store, group, exc) from exc
 
     def require_group(self, group: str) -> None:
         self._check_writable()
@@ -147,7 +147,7 @@ class ZarrBackend:
         except KeyError:
             raise KeyError(f"group {group!r} is missing from the zarr store") from None
         except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
-            raise _metadata_file_error(self._root.store, group, exc) from exc
+            raise metadata_file_error(self._root.store, group, exc) from exc
         if not isinstance(g, zarr.Group):
             raise KeyError(f"{group!r} in the zarr store is an array, not a group")
         return g
@@ -169,14 +169,14 @@ class ZarrBackend:
         except (KeyError, FileNotFoundError):
             raise
         except Exception as exc:  # one member's metadata is unreadable: name it
-            for name in sync(_collect(g.store.list_dir(g.path))):
+            for name in sync(collect(g.store.list_dir(g.path))):
                 try:
                     g[name]
                 except KeyError:
                     continue
                 except Exception as member_exc:  # noqa: BLE001
-                    raise _node_error(group, name, member_exc) from member_exc
-            raise _node_error(group, "?", exc) from exc
+                    raise node_error(group, name, member_exc) from member_exc
+            raise node_error(group, "?", exc) from exc
 
     def has_array(self, group: str, name: str) -> bool:
         if (group, name) in self._arrays:
@@ -198,7 +198,7 @@ class ZarrBackend:
         except KeyError:
             raise KeyError(f"no array {group}/{name} in the zarr store") from None
         except (ValueError, TypeError, RuntimeError) as exc:
-            raise _node_error(group, name, exc) from exc
+            raise node_error(group, name, exc) from exc
         if not isinstance(arr, zarr.Array):
             raise KeyError(f"{group}/{name} is a group, not an array")
         self._arrays[(group, name)] = arr
@@ -268,6 +268,13 @@ class ZarrBackend:
         if lossy_quality is None:
             return WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
         return WebPCodec(level=int(lossy_quality), lossless=False)
+
+    def create_schema_arrays(self, schema: Any, **options: Any) -> None:
+        """Create the ``data`` arrays a schema declares (:func:`~replaybuf_zarr.creation.create_zarr_arrays`
+        with ``options``: ``image_codec``, ``numeric_compressor``, ``image_frames_per_shard``)."""
+        from .creation import create_zarr_arrays
+
+        create_zarr_arrays(self.native_group("data"), schema, **options)
 
     def shape(self, group, name):
         return tuple(self.get_array(group, name).shape)
@@ -485,7 +492,7 @@ class ZarrBackend:
         ``zarr.json`` went) and ``*.partial`` files of zarr's atomic writes.  Returns the removed
         names; [] for other stores.  Only for writers holding the store's writer lock."""
         self._check_writable()
-        local = _local_root(self._root.store)
+        local = local_root(self._root.store)
         if local is None:
             return []
         g = self._group(group)
@@ -502,14 +509,14 @@ class ZarrBackend:
 
     def lock_path(self) -> Path | None:
         """The directory of a ``LocalStore`` root (where the writer lock goes), else None."""
-        return _local_root(self._root.store)
+        return local_root(self._root.store)
 
     def location(self) -> tuple[str, dict | None] | None:
         """``(path or URL, storage_options)`` another process opens this store by (Dask workers);
         None for a store in memory or in a ``.zip``."""
         from .object_store import store_options, store_url
 
-        sub, local = self._root.path, _local_root(self._root.store)
+        sub, local = self._root.path, local_root(self._root.store)
         if local is not None:
             return str(local / sub if sub else local), None
         url = store_url(self._root.store)
@@ -527,75 +534,10 @@ class ZarrBackend:
     def close(self):
         self.settle_writes()
         store = self._root.store
-        local = _local_root(store)
+        local = local_root(store)
         if local is not None:  # the fast reader's open chunk/shard files of this store
             from .file_pool import FILES
 
             FILES.release_all(root=str(store.root))
         if type(store).__name__ == "ZipStore":
             store.close()
-
-
-def _metadata_file_error(store: Any, node: str, exc: Exception) -> Exception:
-    """A CorruptStoreError naming the metadata file of ``node`` ("" for the root) that does not
-    parse: its path on disk for a LocalStore, and whether it is empty."""
-    from replaybuf_core.errors import CorruptStoreError
-
-    local = _local_root(store)
-    names = [f"{node}/zarr.json" if node else "zarr.json", f"{node}/.zgroup" if node else ".zgroup"]
-    where = f"{node or 'the root group'}'s zarr.json"
-    if local is not None:
-        for name in names:
-            f = local / name
-            if f.exists():
-                size = f.stat().st_size
-                what = "is empty" if size == 0 else (
-                    "holds only zero bytes" if not f.read_bytes().strip(b"\0") else "is not valid JSON")
-                return CorruptStoreError(f"{f}: {what} ({size} bytes) — the zarr metadata of "
-                                         f"{node or 'the store root'} is damaged: {exc}")
-    return CorruptStoreError(f"{where} cannot be read (damaged metadata): {type(exc).__name__}: {exc}")
-
-
-def _node_error(group: str, name: str, exc: Exception) -> Exception:
-    """A CorruptStoreError naming ``group/name`` for metadata zarr cannot load (unknown codec,
-    malformed ``zarr.json``)."""
-    from replaybuf_core.errors import CorruptStoreError
-
-    if type(exc).__name__ == "UnknownCodecError" or "codec" in str(exc).lower():
-        return CorruptStoreError(
-            f"{group}/{name}: its zarr.json names a codec this installation does not know ({exc}); "
-            "install the package that registers it (numcodecs / imagecodecs, or the replaybuf plugin "
-            "that wrote the store, e.g. the WebP codec's) and open it again")
-    return CorruptStoreError(f"{group}/{name}: its zarr metadata ({group}/{name}/zarr.json) cannot be "
-                             f"read: {type(exc).__name__}: {exc}")
-
-
-def rename_member(g: zarr.Group, src: str, dst: str) -> None:
-    """Move member ``src`` of zarr group ``g`` to the free name ``dst`` (zarr 3.1 has no ``move``):
-    one atomic directory rename on a ``LocalStore``, else a copy of every stored key, then deletes."""
-    store = g.store
-    src_key = f"{g.path}/{src}" if g.path else src
-    dst_key = f"{g.path}/{dst}" if g.path else dst
-    local = _local_root(store)
-    if local is not None:
-        os.rename(local / src_key, local / dst_key)
-        return
-    keys = sync(_collect(store.list_prefix(src_key + "/")))
-    proto = buffer_prototype()
-    for key in keys:
-        buf = sync(store.get(key, prototype=proto))
-        sync(store.set(dst_key + key[len(src_key):], buf))
-    for key in keys:
-        sync(store.delete(key))
-
-
-async def _collect(agen) -> list[str]:
-    return [k async for k in agen]
-
-
-def _local_root(store: Any) -> Path | None:
-    from zarr.storage import LocalStore
-
-    if isinstance(store, LocalStore):
-        return Path(store.root)
-    return None

@@ -1,21 +1,20 @@
-"""Schema-driven creation of zarr replay buffers: WebP frames (sharded), Blosc numbers."""
+"""Schema-driven creation of zarr arrays: WebP frames (sharded), Blosc numbers, zarr strings.
+
+The storage half of the seed's schema-driven creation; filling a new store with episodes is
+:func:`replaybuf_core.store.creation.create_replay_buffer` (re-exported here as the seed's
+``create_zarr_replay_buffer``), which asks the backend for these arrays through
+:meth:`ZarrEntrypoint.check_schema` and :meth:`ZarrBackend.create_schema_arrays`."""
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import zarr
 
-from replaybuf_core import ReplayBuffer
 from replaybuf_core.layout.compressors import resolve_compressor
-from replaybuf_core.store.replace import build_beside
-from replaybuf_core.layout.schema import DatasetSchema, as_dataset_schema, is_uint8_image_spec
+from replaybuf_core.layout.schema import as_dataset_schema, is_uint8_image_spec
 
-from .entrypoint import ZarrEntrypoint
 from .codec_convert import to_zarr_codecs
 from .codecs import WebPCodec
 from .codecs.webp import LOSSLESS_LEVEL
@@ -23,7 +22,6 @@ from .codecs.webp import check_chunk_shape as check_webp_chunk_shape
 from .sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape, validate_image_frames_per_shard
 
 logger = logging.getLogger(__name__)
-LOG_EVERY = 50
 
 #: The image codec of schema-driven creation: lossless WebP (exact; ``level`` is the effort).
 DEFAULT_IMAGE_CODEC = WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
@@ -97,84 +95,22 @@ def create_zarr_arrays(
     return created
 
 
-def create_zarr_replay_buffer(
+def check_schema_arrays(
     schema: Any,
-    episodes: Iterable[Mapping[str, Any]],
-    total_episodes: int | None = None,
-    image_frames_per_shard: int | None = DEFAULT_IMAGE_FRAMES_PER_SHARD,
     image_codec: Any = None,
     numeric_compressor: Any = "default",
-    progress: bool = True,
-    overwrite: bool = False,
-) -> ReplayBuffer:
-    """Write every episode of ``episodes`` into a new zarr store at ``schema.zarr_path``.
-
-    ``schema`` is a :class:`~replaybuf_core.layout.schema.DatasetSchema` or a seed-style schema object.
-    Every spec is checked before the path is touched.  A new store is written in place (a killed run
-    keeps its committed episodes); an existing store is replaced only with ``overwrite=True``, never
-    while another process holds its writer lock, by building the new one beside it and swapping it
-    in at the end (a failure leaves the old store as it was).  Creates ``data``/``meta`` and the
-    arrays (:func:`create_zarr_arrays`), validates each episode against the schema before staging it
-    (ValueError naming the episode index and key; nothing of that episode is written) and appends
-    through :meth:`ReplayBuffer.writer`, so each chunk/shard is written once.  A tqdm progress bar
-    runs when ``total_episodes`` is known, and a log line every 50 episodes.  Zero episodes give a valid
-    empty buffer.  Returns the buffer (writable).
+    image_frames_per_shard: int | None = DEFAULT_IMAGE_FRAMES_PER_SHARD,
+) -> None:
+    """Check everything :func:`create_zarr_arrays` would be given, creating nothing: the schema, every
+    spec, ``image_frames_per_shard``, the preset and whether ``image_codec`` (default
+    :data:`DEFAULT_IMAGE_CODEC`) can store each camera's frames.
 
     Raises:
-        FileExistsError: ``schema.zarr_path`` exists and ``overwrite`` is False (or it is not a zarr
-            store).  StoreLockedError: another process is writing to it.
-        ValueError / TypeError: a bad episode (see above), bad ``image_frames_per_shard``.
+        TypeError / ValueError: naming the spec or argument at fault.
     """
     schema = as_dataset_schema(schema)
     n = validate_image_frames_per_shard(image_frames_per_shard)
     compressor = resolve_compressor(numeric_compressor)
     codec = DEFAULT_IMAGE_CODEC if image_codec is None else image_codec
-    for key, spec in schema.get_zarr_array_specs().items():  # every spec checked before the path is touched
+    for key, spec in schema.get_zarr_array_specs().items():
         _array_plan(key, spec, codec, compressor, n)
-    if schema.zarr_path.exists() and not overwrite:
-        raise FileExistsError(f"{schema.zarr_path} already exists; pass overwrite=True (CLI: --overwrite) "
-                              "to replace it")
-    path = schema.zarr_path
-    if path.exists() and not ((path / "zarr.json").exists() or (path / ".zgroup").exists()):
-        raise FileExistsError(f"{path} exists and is not a zarr store; refusing to replace it")
-    if not path.exists():  # a new store is written in place: a killed run keeps its committed episodes
-        rb = _write_store(path, schema, episodes, total_episodes, image_codec, numeric_compressor,
-                          image_frames_per_shard, progress)
-    else:  # replacing: built beside under the old store's lock, swapped in at the end
-        with build_beside(path) as beside:
-            _write_store(beside.path, schema, episodes, total_episodes, image_codec, numeric_compressor,
-                         image_frames_per_shard, progress).close()
-        rb = ReplayBuffer(os.fspath(path))
-    logger.info("%s: %d episodes, %d steps", path, rb.n_episodes, rb.n_steps)
-    return rb
-
-
-def _write_store(path: Path, schema: DatasetSchema, episodes: Iterable[Mapping[str, Any]],
-                 total_episodes: int | None, image_codec: Any, numeric_compressor: Any,
-                 image_frames_per_shard: int | None, progress: bool) -> ReplayBuffer:
-    """Create the store at the free ``path`` and stream ``episodes`` into it; returns it (writable)."""
-    backend = ZarrEntrypoint().create(os.fspath(path), if_exists="raise")
-    create_zarr_arrays(backend.native_group("data"), schema, image_codec=image_codec,
-                       numeric_compressor=numeric_compressor, image_frames_per_shard=image_frames_per_shard)
-    ReplayBuffer._ensure_episode_ends(backend)
-    rb = ReplayBuffer(backend)
-    bar = None
-    if progress and total_episodes is not None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total_episodes, unit="episode", desc=f"writing {schema.zarr_path.name}")
-    try:
-        with rb.writer() as writer:
-            for i, episode in enumerate(episodes):
-                writer.add_episode(schema.validate_episode(i, episode))
-                if bar is not None:
-                    bar.update(1)
-                if (i + 1) % LOG_EVERY == 0:
-                    logger.info("%s: %d episodes staged", schema.zarr_path, i + 1)
-    except BaseException:
-        rb.close()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    return rb

@@ -16,7 +16,8 @@ from replaybuf_core import locking
 from replaybuf_core.locations import is_object_url, local_path, url_scheme
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_PERSISTENT, CAP_SHARDS, GROUPS, BackendEntrypoint
 
-from .backend import ZarrBackend, _metadata_file_error
+from .backend import ZarrBackend
+from .members import metadata_file_error
 
 __all__ = ["ZarrEntrypoint", "open_store"]
 
@@ -113,7 +114,7 @@ class ZarrEntrypoint(BackendEntrypoint):
                 raise describe_failure(url, store, exc) from None
             raise FileNotFoundError(f"{obj}: no zarr group found (no zarr.json / .zgroup)") from None
         except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
-            raise _metadata_file_error(store, "", exc) from exc
+            raise metadata_file_error(store, "", exc) from exc
         except Exception as exc:  # noqa: BLE001 - obstore's errors (endpoint, credentials) named with the URL
             if url is None:
                 raise
@@ -159,3 +160,37 @@ class ZarrEntrypoint(BackendEntrypoint):
             if not backend.has_group(group):
                 backend.require_group(group)
         return backend
+
+    def check_schema(self, schema: Any, **options: Any) -> None:
+        """Check a schema and the options of :meth:`ZarrBackend.create_schema_arrays`, creating nothing
+        (:func:`~replaybuf_zarr.creation.check_schema_arrays`; ValueError / TypeError naming the spec)."""
+        from .creation import check_schema_arrays
+
+        check_schema_arrays(schema, **options)
+
+    def as_data_group(self, group: zarr.Group) -> ZarrBackend:
+        """A backend whose ``data`` group is the arbitrary ``group`` (the seed's
+        ``rechunk_recompress_array`` rewrites arrays of any group through it)."""
+        return _GroupAsData(group)
+
+    def break_lock(self, location: Any, *, storage_options: dict | None = None, force: bool = False) -> str | None:
+        """Break the writer lease a dead writer left on the object-storage store at ``location``;
+        returns who held it (None: no lease).  See :func:`~replaybuf_zarr.object_store.break_lease`.
+
+        Raises:
+            ValueError: ``location`` is a local path (its lock ends with the process that holds it).
+            StoreLockedError: the holder runs on this host and ``force`` is False.
+        """
+        if not is_object_url(location):
+            raise ValueError(f"{location}: a local store's writer lock ends with the process holding it; there is "
+                             "no lease to break (unlock is for s3:// gs:// az:// stores)")
+        from .object_store import break_lease
+
+        return break_lease(os.fspath(location), storage_options=storage_options, force=force)
+
+
+class _GroupAsData(ZarrBackend):
+    """A ZarrBackend whose ``data`` group is an arbitrary zarr group."""
+
+    def _group(self, group: str) -> zarr.Group:
+        return self._root

@@ -9,12 +9,3 @@ from .entrypoint import ZarrEntrypoint
 def replaybuf_backends():
     """Hook: the backend entry-point classes of this package."""
     return [ZarrEntrypoint]
-
-
-@hookimpl
-def replaybuf_register_commands(subparsers):
-    """Hook: the CLI commands that need zarr (``synth``, ``unlock``)."""
-    from .cli_commands import register_synth, register_unlock
-
-    register_synth(subparsers)
-    register_unlock(subparsers)

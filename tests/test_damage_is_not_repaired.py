@@ -12,7 +12,7 @@ import zarr
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
 from replaybuf_core.errors import CorruptStoreError
-from replaybuf_core.store.recovery import COMMIT_RECORD, read_commit_record
+from replaybuf_core.store.commit import COMMIT_RECORD, read_commit_record
 from replaybuf_core.testing import make_episode, tree_digest
 
 LENGTHS = (5, 6, 7, 4)

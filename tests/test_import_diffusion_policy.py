@@ -17,7 +17,7 @@ from shared_data import PUSHT, requires_pusht
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
 from replaybuf_zarr.codecs import WebPCodec
-from replaybuf_zarr.importers import import_diffusion_policy
+from replaybuf_core.formats.diffusion_policy import import_diffusion_policy
 
 needs_pusht = requires_pusht
 

@@ -12,7 +12,7 @@ import zarr
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.layout.schema import DatasetSchema, is_uint8_image_spec
 from replaybuf_zarr.codecs import WebPCodec
-from replaybuf_zarr.creation import create_zarr_arrays, create_zarr_replay_buffer
+from replaybuf_zarr import create_zarr_arrays, create_zarr_replay_buffer
 
 SPECS = {
     "img": {"shape": (0, 8, 8, 3), "chunks": (1, 8, 8, 3), "dtype": "uint8", "needs_compressor": True},

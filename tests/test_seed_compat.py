@@ -105,7 +105,7 @@ def _store_with_empty_episodes(path):
 
 
 def test_import_refuses_empty_episodes_by_name(tmp_path):
-    from replaybuf_zarr.importers import import_diffusion_policy
+    from replaybuf_core.formats.diffusion_policy import import_diffusion_policy
 
     _store_with_empty_episodes(tmp_path / "src.zarr")
     with pytest.raises(ValueError, match=r"episode\(s\) 1, 3, 4 of 6 have zero length.*drop-empty-episodes"):

@@ -13,7 +13,8 @@ from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
 from replaybuf_core.synthetic import SyntheticSchema
 from replaybuf_zarr.codecs import WebPCodec
-from replaybuf_zarr.synthetic import create_replay_buffer_from_synthetic
+from replaybuf_zarr.codecs.webp import LOSSLESS_LEVEL
+from replaybuf_core.synthetic import create_replay_buffer_from_synthetic
 
 
 def test_synthetic_buffer_equals_the_generator_and_saves_the_plot(tmp_path):
@@ -28,7 +29,7 @@ def test_synthetic_buffer_equals_the_generator_and_saves_the_plot(tmp_path):
         got = again.get_episode(i)
         for key in ep:  # lossless WebP frames: bit-exact
             np.testing.assert_array_equal(got[key], ep[key])
-    assert again.get_compressors()["image"] == WebPCodec(level=99, lossless=True)
+    assert again.get_compressors()["image"] == WebPCodec(level=LOSSLESS_LEVEL, lossless=True)  # the backend default
     assert again.store.shards("data", "image") == (64, 32, 32, 3)
 
 

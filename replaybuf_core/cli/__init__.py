@@ -26,12 +26,14 @@ from . import (
     merge_cmd,
     rechunk_cmd,
     stats_cmd,
+    synth_cmd,
+    unlock_cmd,
     verify_cmd,
     view_cmd,
 )
 
 CORE_COMMANDS = (backends_cmd, copy_cmd, edit_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
-                 stats_cmd, verify_cmd, view_cmd)
+                 stats_cmd, synth_cmd, unlock_cmd, verify_cmd, view_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,12 +16,12 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused)."""
-    from replaybuf_core.store.merging import merge_stores
+    from replaybuf_core.store.buffer import ReplayBuffer
 
     if len(args.paths) < 2:
         raise ValueError("give at least one SRC and the DST")
     *sources, dst = args.paths
-    report = merge_stores(sources, dst, overwrite=args.overwrite)
+    report = ReplayBuffer.merge_stores(sources, dst, overwrite=args.overwrite)
     print(f"{dst}: {report['n_episodes']} episodes / {report['n_steps']} steps from {len(sources)} store(s)")
     if report["meta_left_out"]:
         print(f"  per-episode meta arrays not in every source, left out: {report['meta_left_out']}")

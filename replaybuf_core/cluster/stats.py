@@ -13,16 +13,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .tasks import TaskWindow, worker_resource
 from replaybuf_core.stats.summaries import KeySummary, finish, plan_blocks, summarize_blocks
+
+from .tasks import TaskWindow, worker_resource
 
 __all__ = ["summarize_on_cluster", "cluster_summarizer"]
 
-def _summarize_task(job: tuple) -> tuple[dict, dict]:
-    from replaybuf_core.store.buffer import ReplayBuffer
 
-    _, token, location, storage_options, backend, block, spec = job  # (block number, ...)
-    rb = worker_resource(token, "buffer", lambda: ReplayBuffer.create_from_path(
+def _summarize_task(job: tuple) -> tuple[dict, dict]:
+    _, token, open_read_only, location, storage_options, backend, block, spec = job  # (block number, ...)
+    rb = worker_resource(token, "buffer", lambda: open_read_only(
         location, backend=backend, storage_options=storage_options))
     out = {block[0]: KeySummary(*spec)}
     parts = summarize_blocks(rb, [block], out)
@@ -32,7 +32,9 @@ def _summarize_task(job: tuple) -> tuple[dict, dict]:
 def summarize_on_cluster(client: Any, location: str, buffer: Any, keys: Sequence[str], first: int, stop: int, *,
                          storage_options: dict | None = None, backend: str | None = None) -> dict[str, KeySummary]:
     """:func:`~replaybuf_core.stats.summaries.summarize` of ``buffer`` (open at ``location``: a path or URL every
-    worker of ``client``'s cluster reaches) with one task per block.
+    worker of ``client``'s cluster reaches) with one task per block.  Each worker opens the store once,
+    read-only, with ``type(buffer).create_from_path`` (the buffer's own class: this package sits below
+    the store and does not import it).
 
     Raises what a task raises (an unreadable chunk, named by the backend).
     """
@@ -42,7 +44,9 @@ def summarize_on_cluster(client: Any, location: str, buffer: Any, keys: Sequence
         return out
     token = uuid.uuid4().hex
     specs = {k: (s.kind, s.shape, s.exact) for k, s in out.items()}
-    jobs = ((i, token, location, storage_options, backend, block, specs[block[0]]) for i, block in enumerate(blocks))
+    opener = type(buffer).create_from_path
+    jobs = ((i, token, opener, location, storage_options, backend, block, specs[block[0]])
+            for i, block in enumerate(blocks))
     done: dict[int, dict] = {}
     with TaskWindow(client, _summarize_task, jobs, "replaybuf-stats") as results:
         for job, (counts, task_parts) in results:

@@ -37,9 +37,9 @@ import numpy as np
 from replaybuf_core import registry
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
 from replaybuf_core.store.editing import STATS_PREFIX
-from replaybuf_core.store.recovery import TMP_KEY, read_commit_record
+from replaybuf_core.layout.keys import TMP_KEY
+from replaybuf_core.store.commit import EPISODE_ENDS, read_commit_record
 
-EPISODE_ENDS = "episode_ends"
 #: per array, at most this many undecodable blocks are listed, then a count of the rest
 MAX_BLOCK_PROBLEMS = 10
 #: blocks are at least this many bytes (several chunks per read when chunks are tiny)

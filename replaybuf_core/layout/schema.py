@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf_core.store.buffer import _check_key
+from .keys import check_key
 from .chunks import check_chunks_compatible
 
 SPEC_FIELDS = ("shape", "chunks", "dtype", "needs_compressor")
@@ -109,7 +109,7 @@ class DatasetSchema:
         object.__setattr__(self, "zarr_path", Path(os.path.expanduser(os.fspath(self.zarr_path))))
         specs = {}
         for key, spec in self.array_specs.items():
-            _check_key(key)
+            check_key(key)
             specs[key] = normalize_array_spec(key, spec)
         if not specs:
             raise ValueError("a DatasetSchema needs at least one array spec")

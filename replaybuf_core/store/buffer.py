@@ -33,27 +33,30 @@ from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_ch
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from replaybuf_core import locking
-from .buffer_checks import _as_episode_array, _check_key, _serialized
+from replaybuf_core.layout.keys import check_key, is_temp_name
+
+from .buffer_checks import _as_episode_array, _serialized
 from .buffer_copying import StoreCopying
 from .buffer_editing import EpisodeEditing
 from .buffer_reading import StepReading
+from .merging import StoreMerging
 from replaybuf_core.errors import EmptyBufferError, ReadOnlyError
 from replaybuf_core.protocol import CAP_CHUNKS, StorageBackend
 from .recovered_view import RecoveredView
 from .rechunk import ChunkCodecEditing, rechunk_array
-from .recovery import RecoveryReport, is_temp_name, recover, write_commit_record
+from .commit import EPISODE_ENDS, write_commit_record
+from .recovery import RecoveryReport, recover
 from .writer import EpisodeWriter
 
 __all__ = ["ReplayBuffer", "rechunk_array"]
 
 logger = logging.getLogger(__name__)
 
-EPISODE_ENDS = "episode_ends"
 EPISODE_ENDS_CHUNK = 4096
 
 
 
-class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing):
+class ReplayBuffer(StoreCopying, StoreMerging, StepReading, ChunkCodecEditing, EpisodeEditing):
     """An episodic replay buffer on a storage backend (zarr, numpy, or an installed plugin).
 
     Args:
@@ -206,22 +209,6 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         return cls(path, backend=backend, read_only=True, storage_options=storage_options)
 
 
-    @classmethod
-    def merge(cls, sources: list[Any], dst: str | os.PathLike, *, overwrite: bool = False) -> ReplayBuffer:
-        """Write the episodes of ``sources`` (store paths or buffers), in order, to a new zarr store
-        at ``dst`` (built beside it, swapped in once complete) and open it read-only.  The sources
-        must agree on keys, dtypes and step shapes; per-episode meta arrays they all hold are
-        concatenated (see :mod:`replaybuf_core.store.merging`).
-
-        Raises:
-            ValueError: no source, sources that differ (naming the source, key and what differs),
-                ``dst`` among the sources.  FileExistsError: ``dst`` exists without ``overwrite``.
-        """
-        from .merging import merge_stores
-
-        merge_stores(sources, dst, overwrite=overwrite)
-        return cls.create_from_path(dst)
-
     def get_stats(self, keys: list[str] | None = None, recompute: bool = False,
                   summarizer: Any = None) -> dict[str, dict[str, np.ndarray]]:
         """Normalisation statistics of the numeric data keys (default all): per key and feature
@@ -370,7 +357,7 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         self._require_writable()
         arrays = {}
         for key, value in data.items():
-            _check_key(key, "meta key")
+            check_key(key, "meta key")
             if key == EPISODE_ENDS:
                 raise ValueError("meta key 'episode_ends' is managed by the buffer; use add_episode")
             arr = np.asarray(value)
@@ -409,7 +396,7 @@ class ReplayBuffer(StoreCopying, StepReading, ChunkCodecEditing, EpisodeEditing)
         arrays: dict[str, np.ndarray] = {}
         length = None
         for key, value in data.items():
-            _check_key(key)
+            check_key(key)
             arr = _as_episode_array(key, value)
             if length is None:
                 length, first = arr.shape[0], key

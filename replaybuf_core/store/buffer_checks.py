@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .recovery import is_temp_name
+
 
 
 def _serialized(method):
@@ -22,32 +22,6 @@ def _serialized(method):
             return method(self, *args, **kwargs)
 
     return run
-
-
-#: characters no key may hold: path separators of any platform (zarr, HDF5 and the file system
-#: would read ``a\b`` as a path), and control characters
-_BAD_KEY_CHARS = frozenset("/\\") | frozenset(chr(c) for c in range(32)) | {chr(127)}
-
-
-#: names a store's own files use (zarr v3/v2 metadata, the writer lock): never keys
-_RESERVED_KEYS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata", ".replaybuf.lock"})
-#: longest key (UTF-8 bytes): a file name holds 255, rechunk temp names add ``_temp_old.``
-MAX_KEY_BYTES = 240
-
-
-def _check_key(key: Any, what: str = "data key") -> None:
-    if not isinstance(key, str):
-        raise TypeError(f"{what} must be a str, got {type(key).__name__} {key!r}")
-    if key == "" or key in (".", "..") or set(key) & _BAD_KEY_CHARS:
-        raise ValueError(f"{what} {key!r} is invalid: keys must be non-empty, not '.'/'..', and hold "
-                         "no '/', no backslash and no control character")
-    if key in _RESERVED_KEYS:
-        raise ValueError(f"{what} {key!r} is reserved: stores keep their own metadata under that name")
-    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
-        raise ValueError(f"{what} {key[:40]!r}... is {len(key.encode('utf-8'))} bytes long: keys hold at most "
-                         f"{MAX_KEY_BYTES} (they become file names)")
-    if is_temp_name(key):
-        raise ValueError(f"{what} {key!r} is reserved for rechunk temp arrays ('_temp', '_temp.*', '_temp_old*')")
 
 
 def _as_episode_array(key: str, value: Any) -> np.ndarray:

@@ -14,7 +14,7 @@ from replaybuf_core.layout.compressors import resolve_compressor as _resolve_com
 from .copying import copy_array
 from replaybuf_core.locations import check_apart, is_object_url, local_path
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
-from .recovery import COMMIT_RECORD, write_commit_record
+from .commit import COMMIT_RECORD, EPISODE_ENDS, write_commit_record
 from .replace import build_beside, holding_lock
 
 if TYPE_CHECKING:
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("replaybuf_core.store.buffer")
 
-EPISODE_ENDS = "episode_ends"
 IF_EXISTS = ("replace", "raise", "skip")
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .commit import EPISODE_ENDS
 from .copying import block_rows
 from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.protocol import CAP_SHARDS, StorageBackend
@@ -43,7 +44,6 @@ __all__ = ["EDIT_JOURNAL", "UNDO_PREFIX", "InterruptedEditError", "keep_ranges_f
 EDIT_JOURNAL = "replaybuf_edit"
 #: prefix of the backup arrays of an edit (reserved: never a key)
 UNDO_PREFIX = "_temp_undo."
-EPISODE_ENDS = "episode_ends"
 #: prefix of the stored statistics' arrays (:mod:`replaybuf_core.store.stored_stats`), which follow edits
 #: their own way
 STATS_PREFIX = "_stats."
@@ -165,7 +165,7 @@ def rewrite(buf: Any, ranges: list[tuple[int, int]], kept: np.ndarray, kind: str
         store.resize("meta", m, kept.size)
         if kept.size:
             store.write("meta", m, 0, values)
-    from .recovery import write_commit_record
+    from .commit import write_commit_record
 
     write_commit_record(store, new_ends.size, new_n)
     buf._persist()
@@ -238,7 +238,7 @@ def rollback(store: StorageBackend, apply: bool) -> list[str]:
         if n_m:
             store.write("meta", m, 0, store.read("meta", UNDO_PREFIX + m, 0, n_m))
     ends = np.asarray(store.read("meta", EPISODE_ENDS, 0, old_e), dtype=np.int64)
-    from .recovery import write_commit_record
+    from .commit import write_commit_record
 
     write_commit_record(store, old_e, int(ends[-1]) if ends.size else 0)
     store.flush()

@@ -19,7 +19,7 @@ import numpy as np
 from .editing import episode_meta_arrays
 from .replace import build_beside
 
-__all__ = ["merge_stores"]
+__all__ = ["StoreMerging"]
 
 
 def _describe(src: Any, i: int) -> str:
@@ -47,67 +47,85 @@ def check_compatible(buffers: Sequence[Any]) -> None:
                                  f"{dtype} {shape}")
 
 
-def merge_stores(sources: Sequence[Any], dst: str | os.PathLike, *, overwrite: bool = False) -> dict[str, Any]:
-    """Write the episodes of ``sources`` (paths or ReplayBuffers), in order, to a new zarr store at
-    ``dst``.  Returns ``{"n_episodes", "n_steps", "meta_merged", "meta_left_out"}``.
+class StoreMerging:
+    """``ReplayBuffer``'s merge verbs (a mixin: it opens sources and the new store with the class it is
+    called on, ``cls.create_from_path`` / ``cls(path)``)."""
 
-    Raises:
-        ValueError: fewer than one source, sources that disagree (see :func:`check_compatible`),
-            ``dst`` is one of the sources, or a URL (merge locally, then ``save_to_path(URL)``).
-        FileExistsError: ``dst`` exists and ``overwrite`` is False.
-        StoreLockedError: another process writes ``dst``.
-    """
-    from .buffer import ReplayBuffer
+    @classmethod
+    def merge(cls, sources: list[Any], dst: str | os.PathLike, *, overwrite: bool = False):
+        """Write the episodes of ``sources`` (store paths or buffers), in order, to a new zarr store
+        at ``dst`` (built beside it, swapped in once complete) and open it read-only.  The sources
+        must agree on keys, dtypes and step shapes; per-episode meta arrays they all hold are
+        concatenated (see :mod:`replaybuf_core.store.merging`).
 
-    if not sources:
-        raise ValueError("merge needs at least one source")
-    from replaybuf_core.locations import check_apart, local_path
+        Raises:
+            ValueError: no source, sources that differ (naming the source, key and what differs),
+                ``dst`` among the sources.  FileExistsError: ``dst`` exists without ``overwrite``.
+        """
+        cls.merge_stores(sources, dst, overwrite=overwrite)
+        return cls.create_from_path(dst)
 
-    # a local path only: the merged store is built beside and swapped in (object stores cannot rename)
-    dst_text = os.path.realpath(local_path(dst, "merge destination"))
-    opened, buffers = [], []
-    try:
-        for i, s in enumerate(sources):
-            if isinstance(s, (str, os.PathLike)):
-                if os.path.realpath(os.path.expanduser(os.fspath(s))) == dst_text:
-                    raise ValueError(f"source {i} ({s}) is the destination: merge into a new path")
-                try:
-                    check_apart(s, dst_text)  # nor inside it, nor holding it
-                except ValueError as exc:
-                    raise ValueError(f"source {i} ({s}): {exc}") from None
-                b = ReplayBuffer.create_from_path(s)
-                b._merge_name = os.fspath(s)
-                opened.append(b)
-            else:
-                b = s
-            buffers.append(b)
-        if os.path.exists(dst_text) and not overwrite:
-            raise FileExistsError(f"{dst_text} exists: pass overwrite=True (--overwrite) to replace it")
-        check_compatible(buffers)
-        metas = [set(episode_meta_arrays(b.store, b.n_episodes)) for b in buffers]
-        common = set.intersection(*metas)
+    @classmethod
+    def merge_stores(cls, sources: Sequence[Any], dst: str | os.PathLike, *,
+                     overwrite: bool = False) -> dict[str, Any]:
+        """Write the episodes of ``sources`` (paths or ReplayBuffers), in order, to a new zarr store at
+        ``dst``.  Returns ``{"n_episodes", "n_steps", "meta_merged", "meta_left_out"}``.
 
-        def meta_layout(b, m):
-            return np.dtype(b.store.dtype("meta", m)), tuple(b.store.shape("meta", m)[1:])
+        Raises:
+            ValueError: fewer than one source, sources that disagree (see :func:`check_compatible`),
+                ``dst`` is one of the sources, or a URL (merge locally, then ``save_to_path(URL)``).
+            FileExistsError: ``dst`` exists and ``overwrite`` is False.
+            StoreLockedError: another process writes ``dst``.
+        """
+        if not sources:
+            raise ValueError("merge needs at least one source")
+        from replaybuf_core.locations import check_apart, local_path
 
-        merged = sorted(m for m in common if len({meta_layout(b, m) for b in buffers}) == 1)
-        left_out = sorted(set.union(*metas) - set(merged))
-        with build_beside(dst_text) as beside:
-            buffers[0].save_to_path(beside.path)
-            with ReplayBuffer(os.fspath(beside.path)) as out:
-                for m in left_out:
-                    if out.store.has_array("meta", m):
-                        out.store.delete_array("meta", m)
-                with out.writer() as w:
-                    for b in buffers[1:]:
-                        for e in range(b.n_episodes):
-                            w.add_episode(b.get_episode(e, copy=True))
-                for m in merged:
-                    rows = np.concatenate([np.asarray(b.store.read("meta", m, 0, b.n_episodes)) for b in buffers])
-                    out.store.resize("meta", m, rows.shape[0])
-                    out.store.write("meta", m, 0, rows)
-                n_episodes, n_steps = out.n_episodes, out.n_steps
-        return {"n_episodes": n_episodes, "n_steps": n_steps, "meta_merged": merged, "meta_left_out": left_out}
-    finally:
-        for b in opened:
-            b.close()
+        # a local path only: the merged store is built beside and swapped in (object stores cannot rename)
+        dst_text = os.path.realpath(local_path(dst, "merge destination"))
+        opened, buffers = [], []
+        try:
+            for i, s in enumerate(sources):
+                if isinstance(s, (str, os.PathLike)):
+                    if os.path.realpath(os.path.expanduser(os.fspath(s))) == dst_text:
+                        raise ValueError(f"source {i} ({s}) is the destination: merge into a new path")
+                    try:
+                        check_apart(s, dst_text)  # nor inside it, nor holding it
+                    except ValueError as exc:
+                        raise ValueError(f"source {i} ({s}): {exc}") from None
+                    b = cls.create_from_path(s)
+                    b._merge_name = os.fspath(s)
+                    opened.append(b)
+                else:
+                    b = s
+                buffers.append(b)
+            if os.path.exists(dst_text) and not overwrite:
+                raise FileExistsError(f"{dst_text} exists: pass overwrite=True (--overwrite) to replace it")
+            check_compatible(buffers)
+            metas = [set(episode_meta_arrays(b.store, b.n_episodes)) for b in buffers]
+            common = set.intersection(*metas)
+
+            def meta_layout(b, m):
+                return np.dtype(b.store.dtype("meta", m)), tuple(b.store.shape("meta", m)[1:])
+
+            merged = sorted(m for m in common if len({meta_layout(b, m) for b in buffers}) == 1)
+            left_out = sorted(set.union(*metas) - set(merged))
+            with build_beside(dst_text) as beside:
+                buffers[0].save_to_path(beside.path)
+                with cls(os.fspath(beside.path)) as out:
+                    for m in left_out:
+                        if out.store.has_array("meta", m):
+                            out.store.delete_array("meta", m)
+                    with out.writer() as w:
+                        for b in buffers[1:]:
+                            for e in range(b.n_episodes):
+                                w.add_episode(b.get_episode(e, copy=True))
+                    for m in merged:
+                        rows = np.concatenate([np.asarray(b.store.read("meta", m, 0, b.n_episodes)) for b in buffers])
+                        out.store.resize("meta", m, rows.shape[0])
+                        out.store.write("meta", m, 0, rows)
+                    n_episodes, n_steps = out.n_episodes, out.n_steps
+            return {"n_episodes": n_episodes, "n_steps": n_steps, "meta_merged": merged, "meta_left_out": left_out}
+        finally:
+            for b in opened:
+                b.close()

@@ -8,14 +8,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .buffer_checks import _serialized
+from replaybuf_core import registry
+from replaybuf_core.errors import CapabilityError
 from replaybuf_core.layout.chunks import check_chunks_compatible
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
-from .copying import copy_array
-from replaybuf_core.errors import CapabilityError
+from replaybuf_core.layout.keys import temp_names
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
-from .recovery import temp_names
 
+from .buffer_checks import _serialized
+from .copying import copy_array
 
 logger = logging.getLogger(__name__)
 
@@ -135,3 +136,49 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
     store.rename_array(group, name, backup)
     store.rename_array(group, tmp_key, name)
     store.delete_array(group, backup)
+
+
+def rechunk_recompress_array(
+    group: Any,
+    name: str,
+    chunks: tuple[int, ...] | None = None,
+    chunk_length: int | None = None,
+    compressor: Any = None,
+    tmp_key: str = "_temp",
+) -> Any:
+    """Rewrite array ``group[name]`` with new chunks and/or compressor and return the new array (the
+    seed's zarr-level rechunk; re-exported as ``replaybuf_zarr.rechunk_recompress_array``).
+
+    Args:
+        group: the native group holding the array (any ``zarr.Group``, not only a buffer's ``data``),
+            of a backend that can address it as a data group (``as_data_group``; zarr can).
+        name: the array's name in ``group``.
+        chunks: the new chunk shape; ``chunk_length`` sets only the time-axis length instead.
+        compressor: a preset name, a codec, or None to keep the current codec.
+        tmp_key: name of the temporary array written beside the original.
+
+    The array is streamed block by block into ``tmp_key`` and swapped in (:func:`rechunk_array`), so
+    memory stays bounded and a failure midway leaves the original untouched.
+
+    Raises:
+        ValueError / TypeError: bad chunks or compressor.  KeyError: ``name`` is not an array of
+        ``group``.  CapabilityError: no installed backend can address ``group`` as a data group.
+    """
+    entry = registry.guess_backend(group)
+    as_data_group = getattr(entry, "as_data_group", None)
+    if as_data_group is None:
+        raise CapabilityError(f"the {entry.name!r} backend cannot rechunk an array of an arbitrary group "
+                              "(no as_data_group); open the store as a ReplayBuffer and use set_chunks")
+    store = as_data_group(group)
+    if not store.has_array("data", name):
+        raise KeyError(f"{name!r} is not an array of {group}")
+    if chunks is None:
+        chunks = tuple(store.chunks("data", name))
+        if chunk_length is not None:
+            chunks = (int(chunk_length),) + chunks[1:]
+    kwargs: dict[str, Any] = {}
+    if compressor is not None:
+        kwargs["codec"] = _resolve_compressor(compressor)
+    if tuple(chunks) != tuple(store.chunks("data", name)) or kwargs:
+        rechunk_array(store, "data", name, chunks=tuple(chunks), tmp_key=tmp_key, **kwargs)
+    return group[name]

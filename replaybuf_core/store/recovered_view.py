@@ -19,7 +19,8 @@ import numpy as np
 
 from replaybuf_core.errors import ReadOnlyError
 from replaybuf_core.protocol import read_rows_via_ranges
-from .recovery import EPISODE_ENDS, RecoveryReport
+from .commit import EPISODE_ENDS
+from .recovery import RecoveryReport
 
 
 class RowLimitedArray:

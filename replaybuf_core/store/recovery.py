@@ -47,40 +47,10 @@ import numpy as np
 from replaybuf_core.errors import CorruptStoreError, ReadOnlyError
 from replaybuf_core.protocol import GROUPS, StorageBackend
 
-EPISODE_ENDS = "episode_ends"
-TMP_KEY = "_temp"
-#: fill value replaybuf gives ``meta/episode_ends``; a trailing run of it is an unfinished commit
-EPISODE_ENDS_FILL = -1
-#: ``meta`` group attribute holding the last commit: ``{"n_episodes": int, "n_steps": int}``
-COMMIT_RECORD = "replaybuf_commit"
+from replaybuf_core.layout.keys import TMP_KEY, is_temp_name
 
+from .commit import EPISODE_ENDS, EPISODE_ENDS_FILL, read_commit_record
 
-def read_commit_record(store: StorageBackend) -> tuple[int, int] | None:
-    """``(n_episodes, n_steps)`` of the last commit recorded in ``store``'s ``meta`` attributes, or
-    None when there is no (well-formed) record."""
-    try:
-        rec = store.get_attrs("meta").get(COMMIT_RECORD)
-        return int(rec["n_episodes"]), int(rec["n_steps"])
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-
-
-def write_commit_record(store: StorageBackend, n_episodes: int, n_steps: int) -> None:
-    """Record the committed state (see the module docstring for when it is written)."""
-    store.set_attrs("meta", {COMMIT_RECORD: {"n_episodes": int(n_episodes), "n_steps": int(n_steps)}})
-
-
-def temp_names(name: str, tmp_key: str = TMP_KEY) -> tuple[str, str]:
-    """``(temp, backup)`` array names :func:`rechunk_array` uses while rewriting array ``name``."""
-    return f"{tmp_key}.{name}", f"{tmp_key}_old.{name}"
-
-
-def is_temp_name(name: str) -> bool:
-    """True for the names of rechunk temp arrays (``_temp.<x>``, ``_temp_old.<x>``, and the bare
-    ``_temp`` / ``_temp_old`` of older versions) and of edit backups (``_temp_undo.<x>``, see
-    :mod:`replaybuf_core.store.editing`): they are reserved, never data keys."""
-    return name in (TMP_KEY, TMP_KEY + "_old") or name.startswith(
-        (TMP_KEY + ".", TMP_KEY + "_old.", TMP_KEY + "_undo."))
 
 
 @dataclass

@@ -4,7 +4,8 @@ A point agent moves in the unit square (``y`` up) along one of several distinct 
 (*modes*) to solve a task; episodes carry rendered frames, positions, actions, the mode
 id and a context vector. See :mod:`.tasks` for the geometry of each task, :mod:`.render`
 for the frame layout and pixel mapping, :mod:`.plot` for the trajectory plot and
-:mod:`.schema` for :class:`SyntheticSchema`. This package does not import zarr.
+:mod:`.schema` for :class:`SyntheticSchema` and :mod:`.store` for writing a data set into a store
+(:func:`create_replay_buffer_from_synthetic`). This package does not import zarr.
 """
 
 from .generate import (
@@ -30,6 +31,7 @@ from .render import (
     position_to_pixel,
 )
 from .schema import SyntheticSchema
+from .store import create_replay_buffer_from_synthetic
 from .shapes import Circle, Obstacle, Rect, collides, distance_to_obstacles
 from .tasks import MAX_MODES, TASK_NAMES, TaskGeometry, task_geometry, task_obstacles
 
@@ -57,6 +59,7 @@ __all__ = [
     "collides",
     "distance_to_obstacles",
     "episode_modes",
+    "create_replay_buffer_from_synthetic",
     "generate_task_episodes",
     "iterate_episodes",
     "plot_trajectories",

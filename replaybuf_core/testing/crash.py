@@ -10,7 +10,7 @@ rebuild it), that at most the episode in flight is missing, and that appending c
 Kinds: ``add_episode``, ``writer`` (``EpisodeWriter``), ``writer_frames`` (``EpisodeWriter`` on a store
 with one-frame ``img`` chunks, so blocks are encoded in the background, committing every 20 ms),
 ``drop_episode``, ``pop_episode``,
-``set_chunks``, ``set_compressors``, ``rechunk_recompress`` (``replaybuf_zarr.rechunk_recompress_array``).
+``set_chunks``, ``set_compressors``, ``rechunk_recompress`` (the seed's ``rechunk_recompress_array``).
 
 Any persistent backend can be tried: :func:`create` takes its name and the child opens the path with
 whichever backend claims it (a directory: zarr; ``.h5``: hdf5).  :data:`BACKEND_KINDS` are the kinds
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replaybuf_core.store.buffer import ReplayBuffer
-from replaybuf_core.store.recovery import is_temp_name
+from replaybuf_core.layout.keys import is_temp_name
 
 KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
          "rechunk_recompress", "delete_episodes")
@@ -118,7 +118,7 @@ def _child(kind: str, path: str) -> None:  # pragma: no cover - runs in a subpro
             out.write(f"done {deleted}\n")
             out.flush()
     elif kind in ("set_chunks", "set_compressors", "rechunk_recompress"):
-        from replaybuf_zarr.rechunk import rechunk_recompress_array
+        from replaybuf_core.store.rechunk import rechunk_recompress_array
 
         while True:
             c = (4, 16, 8)[j % 3]
@@ -185,9 +185,9 @@ def _break_dead_writers_lease(path: str | os.PathLike) -> None:
     from replaybuf_core.locations import is_object_url
 
     if is_object_url(path):
-        from replaybuf_zarr.object_store import break_lease
+        from replaybuf_core.registry import guess_backend
 
-        break_lease(os.fspath(path))
+        guess_backend(path).break_lock(os.fspath(path))
 
 
 def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_delay: float = 0.25,

@@ -1,18 +1,18 @@
-"""CLI commands the zarr backend contributes: ``replaybuf synth``, ``replaybuf unlock``."""
+"""``replaybuf synth``: generate a synthetic multimodal task data set into a new store (no download)."""
 
 from __future__ import annotations
 
 import os
 
 from replaybuf_core.layout.codec_names import describe_codec
-from replaybuf_core.synthetic import TASK_NAMES
+from replaybuf_core.synthetic.tasks import TASK_NAMES
 
 
 def _store_bytes(path) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
-def register_synth(sub) -> None:
+def register(sub) -> None:
     """Add ``synth`` to the ``replaybuf`` sub-parser action ``sub``."""
     p = sub.add_parser("synth", help="generate a synthetic multimodal task data set (no download needed)",
                        description="Generate a synthetic multimodal imitation-learning data set into a "
@@ -28,16 +28,14 @@ def register_synth(sub) -> None:
     p.add_argument("--length", type=int, default=60, help="steps per episode (default 60)")
     p.add_argument("--noise", type=float, default=0.008, help="position noise std (unit square)")
     p.add_argument("--frames-per-shard", type=int, default=256, help="frames per shard; 0 disables sharding")
-    p.set_defaults(func=run_synth)
+    p.set_defaults(func=run)
 
 
-def run_synth(args) -> int:
+def run(args) -> int:
     """Generate the data set described by ``args``; returns 0.  Raises ValueError/TypeError for bad
     settings, FileExistsError for an existing output without ``--overwrite``."""
     from replaybuf_core.locations import local_path
-    from replaybuf_core.synthetic import SyntheticSchema
-
-    from .synthetic import create_replay_buffer_from_synthetic
+    from replaybuf_core.synthetic import SyntheticSchema, create_replay_buffer_from_synthetic
 
     local_path(args.out, "synth output")  # a local path (and a PNG beside it); ValueError for a URL
     schema = SyntheticSchema(args.out, task_name=args.task, num_episodes=args.episodes, seed=args.seed,
@@ -52,24 +50,4 @@ def run_synth(args) -> int:
         print(f"  {key:<10} {str(tuple(arr.shape)):<22} {str(arr.dtype):<8} {describe_codec(codecs[key])}")
     print(f"bytes on disk: {_store_bytes(schema.zarr_path):,}")
     print(f"trajectory plot: {png}")
-    return 0
-
-
-def register_unlock(sub) -> None:
-    """Add ``unlock`` to the ``replaybuf`` sub-parser action ``sub``."""
-    p = sub.add_parser("unlock", help="break the writer lease of a store on object storage (its writer is dead)",
-                       description="Delete URL/.replaybuf.lease, the lease a writable open of an s3:// / gs:// / "
-                                   "az:// store holds. Only when its writer is dead (a killed process leaves its "
-                                   "lease behind): a live writer would go on writing beside the next one.")
-    p.add_argument("url", metavar="URL", help="the store's URL, e.g. s3://bucket/prefix.zarr")
-    p.add_argument("--force", action="store_true",
-                   help="break it even when its holder is a process of this host that is still running")
-    p.set_defaults(func=_run_unlock)
-
-
-def _run_unlock(args) -> int:
-    from .object_store import break_lease
-
-    holder = break_lease(args.url, force=args.force)
-    print(f"{args.url}: no lease to break" if holder is None else f"{args.url}: broke the lease held by {holder}")
     return 0

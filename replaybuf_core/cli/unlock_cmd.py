@@ -1,0 +1,31 @@
+"""``replaybuf unlock URL``: break the writer lease a dead writer left on an object-storage store."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Add ``unlock`` to the ``replaybuf`` sub-parser action ``sub``."""
+    p = sub.add_parser("unlock", help="break the writer lease of a store on object storage (its writer is dead)",
+                       description="Delete URL/.replaybuf.lease, the lease a writable open of an s3:// / gs:// / "
+                                   "az:// store holds. Only when its writer is dead (a killed process leaves its "
+                                   "lease behind): a live writer would go on writing beside the next one.")
+    p.add_argument("url", metavar="URL", help="the store's URL, e.g. s3://bucket/prefix.zarr")
+    p.add_argument("--force", action="store_true",
+                   help="break it even when its holder is a process of this host that is still running")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Break the lease of the store at ``args.url`` through the backend that opens it; returns 0.
+    Raises ValueError for a local path, StoreLockedError for a holder still running on this host
+    (without ``--force``)."""
+    from replaybuf_core import registry
+    from replaybuf_core.errors import CapabilityError
+
+    entry = registry.guess_backend(args.url)
+    break_lock = getattr(entry, "break_lock", None)
+    if break_lock is None:
+        raise CapabilityError(f"{args.url}: the {entry.name!r} backend keeps no lock a dead writer can leave behind")
+    holder = break_lock(args.url, force=args.force)
+    print(f"{args.url}: no lease to break" if holder is None else f"{args.url}: broke the lease held by {holder}")
+    return 0

@@ -513,12 +513,13 @@ class ZarrBackend:
 
     def location(self) -> tuple[str, dict | None] | None:
         """``(path or URL, storage_options)`` another process opens this store by (Dask workers);
-        None for a store in memory or in a ``.zip``."""
+        None for a store in memory or in a ``.zip``.  A local path is absolute: workers need not
+        share this process's working directory."""
         from .object_store import store_options, store_url
 
         sub, local = self._root.path, local_root(self._root.store)
         if local is not None:
-            return str(local / sub if sub else local), None
+            return str((local / sub if sub else local).absolute()), None
         url = store_url(self._root.store)
         return None if url is None else (f"{url}/{sub}" if sub else url, store_options(self._root.store))
 

@@ -18,8 +18,6 @@ by a crc32c when ``index_codecs`` are ``[bytes, crc32c]``).
 
 from __future__ import annotations
 
-import itertools
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -30,118 +28,15 @@ import zarr
 from replaybuf_core.errors import CorruptStoreError
 
 from .chunk_cache import ChunkCache
-from .file_pool import FILES
+from .fetcher import Fetcher
 from .layout import ChunkKeys, ShardLayout, chunk_layout
 from .spec_codecs import array_decoder, crc32c
-from .object_reads import ObjectFetcher, Replaced
-from .zarr_compat import memory_store_dict
+from .object_reads import Replaced
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 #: on object stores, inner chunks of one shard closer than this (bytes) are fetched by one range request
 COALESCE_GAP = 1 << 20
-class _Fetcher:
-    """Synchronous byte access to one store: whole objects and byte ranges (files through the
-    process-wide :data:`~replaybuf_zarr.file_pool.FILES` pool, a ``MemoryStore`` through its dict, an
-    ``ObjectStore`` through obstore's range requests: :mod:`.object_reads`).
-
-    :meth:`handle` gives an *acquired* handle (a file handle, or a memory buffer); read through it
-    with :meth:`read_at` / :meth:`read_tail` / :meth:`size` and give it back with :meth:`done`;
-    :meth:`reuse` acquires a kept handle again (False: it was retired, fetch a new one)."""
-
-    _owners = itertools.count()
-
-    def __init__(self, store: Any):
-        from zarr.storage import LocalStore, MemoryStore
-
-        self._owner = next(self._owners)
-        if isinstance(store, LocalStore):
-            self.kind = "local"
-            self.root = str(store.root)
-        elif isinstance(store, MemoryStore) and memory_store_dict(store) is not None:
-            self.kind = "memory"
-            self.mapping = memory_store_dict(store)
-        elif type(store).__name__ == "ObjectStore" and hasattr(store, "store"):  # zarr's, over obstore
-            self.kind = "object"
-            self.objects = ObjectFetcher(store.store)
-        else:
-            raise TypeError("unsupported store")
-
-    def close(self) -> None:
-        """Let go of this reader's open files (closed once no read uses them)."""
-        if self.kind == "local":
-            FILES.release_all(owner=self._owner)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
-
-    def forget(self, key: str) -> None:
-        """Drop the descriptor of ``key`` (its file was replaced: the old one reads the old bytes)."""
-        if self.kind == "local":
-            FILES.forget(f"{self.root}/{key}")
-
-    def get(self, key: str) -> bytes | None:
-        """The whole object ``key``, or None when it is absent."""
-        if self.kind == "object":
-            return self.objects.get(key)
-        if self.kind == "local":
-            h = FILES.open(self._owner, f"{self.root}/{key}")
-            if h is None:
-                return None
-            try:
-                return os.pread(h.fd, os.fstat(h.fd).st_size, 0)
-            finally:
-                FILES.release(h)
-        buf = self.mapping.get(key)
-        return None if buf is None else buf.to_bytes()
-
-    def handle(self, key: str) -> Any:
-        """One version of object ``key``, acquired (give it back with :meth:`done`): a file handle or
-        a memory buffer; None if absent.  Reads through one handle see one version even while a
-        writer replaces the object."""
-        if self.kind == "object":
-            return self.objects.handle(key)
-        return FILES.open(self._owner, f"{self.root}/{key}") if self.kind == "local" else self.mapping.get(key)
-
-    def reuse(self, handle: Any) -> bool:
-        """Acquire a kept :meth:`handle` for one more read; False when it was retired meanwhile."""
-        if self.kind == "object":
-            return not handle.retired
-        return FILES.acquire(handle) if self.kind == "local" else True
-
-    def done(self, handle: Any) -> None:
-        """A read through ``handle`` is finished."""
-        if self.kind == "local":
-            FILES.release(handle)
-
-    def size(self, handle: Any) -> int:
-        """Bytes in the object behind a :meth:`handle`."""
-        if self.kind == "object":
-            return self.objects.size(handle)
-        return os.fstat(handle.fd).st_size if self.kind == "local" else len(handle.as_numpy_array())
-
-    def read_tail(self, handle: Any, n: int) -> bytes:
-        """The last ``n`` bytes (fewer if the object is shorter) of a :meth:`handle`."""
-        if self.kind == "object":
-            return self.objects.read_tail(handle, n)
-        if self.kind == "local":
-            size = os.fstat(handle.fd).st_size
-            return os.pread(handle.fd, min(n, size), max(0, size - n))
-        return handle.as_numpy_array()[-n:].tobytes()
-
-    def read_at(self, handle: Any, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)`` of a :meth:`handle` (object stores: :class:`Replaced` when the
-        object was replaced since the handle first read it)."""
-        if self.kind == "object":
-            return self.objects.read_at(handle, start, stop)
-        if self.kind == "local":
-            return os.pread(handle.fd, stop - start, start)
-        return handle.as_numpy_array()[start:stop].tobytes()
-
-
 class ChunkReader:
     """Reads row ranges of one zarr array through its chunks; build it with :func:`make_reader`.
 
@@ -149,7 +44,7 @@ class ChunkReader:
     shape, fill values for missing chunks).  Decoded chunks go through ``cache`` (shared LRU).
     """
 
-    def __init__(self, arr: zarr.Array, fetcher: _Fetcher, cache: ChunkCache, cache_id: Any,
+    def __init__(self, arr: zarr.Array, fetcher: Fetcher, cache: ChunkCache, cache_id: Any,
                  chunk_shape: tuple[int, ...], decode: Callable, shard: ShardLayout | None,
                  keys: ChunkKeys):
         self.shape = tuple(arr.shape)
@@ -602,7 +497,7 @@ def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReade
     """A :class:`ChunkReader` for ``arr``, or None when its layout, codecs or store are not supported
     (the layout is read from the array's ``zarr.json`` / ``.zarray``: :func:`~.layout.chunk_layout`)."""
     try:
-        fetcher = _Fetcher(arr.store)
+        fetcher = Fetcher(arr.store)
     except TypeError:
         return None
     dtype = arr.dtype if isinstance(arr.dtype, np.dtype) else None

@@ -47,7 +47,7 @@ class _FileHandle:
 
 class _FilePool:
     """The LRU of open chunk/shard files (``os.pread`` needs no seek, so one descriptor
-    serves every thread).  Entries are keyed ``(owner, path)``: each reader (a :class:`_Fetcher`)
+    serves every thread).  Entries are keyed ``(owner, path)``: each reader (a :class:`~replaybuf_zarr.fetcher.Fetcher`)
     sees the files as they were when it first read them, and a reader made later opens them anew
     (another process may have replaced them).  At most :data:`MAX_OPEN_FILES` are kept over all
     owners.  A descriptor is closed only when no read uses it (a closed number is reused by the

@@ -4,6 +4,7 @@ subpackages (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -26,10 +27,11 @@ SUBPACKAGES = {"cli", "cluster", "formats", "importing", "inspection", "layout",
 MAX_MODULE_LINES = 600
 
 
-def _lint(tree: Path) -> subprocess.CompletedProcess:
-    """Run import-linter on the packages under ``tree`` with ``tree/pyproject.toml``."""
+def _lint(tree: Path, config: Path | None = None) -> subprocess.CompletedProcess:
+    """Run import-linter on the packages under ``tree`` with ``config`` (default ``tree/pyproject.toml``)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    return subprocess.run([sys.executable, "-c", LINT], cwd=tree, env=env, capture_output=True, text=True,
+    code = LINT if config is None else LINT.replace("'pyproject.toml'", repr(str(config)))
+    return subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -48,6 +50,13 @@ def test_the_import_contracts_hold():
     verdicts = _verdicts(run.stdout)
     assert len(verdicts) == 4 and set(verdicts.values()) == {"KEPT"}, run.stdout + run.stderr
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("replaybuf_hdf5") is None, reason="the HDF5 plugin is not installed")
+def test_the_hdf5_plugin_imports_only_the_contracts():
+    run = _lint(ROOT / "plugins" / "replaybuf-hdf5", ROOT / "plugins" / "replaybuf-hdf5" / "pyproject.toml")
+    assert _verdicts(run.stdout) == {
+        "the HDF5 backend imports only the contracts and the layout vocabulary": "KEPT"}, run.stdout + run.stderr
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ import pluggy
 
 from . import hookspecs
 from .errors import BackendNotFoundError, FormatNotFoundError
+from .protocol import KNOWN_CAPABILITIES, BackendEntrypoint
 from .source import FormatEntrypoint
-from .protocol import BackendEntrypoint, KNOWN_CAPABILITIES
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from replaybuf_core.errors import CorruptStoreError
 from .chunk_cache import ChunkCache
 from .fetcher import Fetcher
 from .layout import ChunkKeys, ShardLayout, chunk_layout
-from .spec_codecs import array_decoder, crc32c
 from .object_reads import Replaced
 from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
+from .spec_codecs import array_decoder, crc32c
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 #: on object stores, inner chunks of one shard closer than this (bytes) are fetched by one range request

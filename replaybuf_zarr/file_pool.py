@@ -13,6 +13,7 @@ import os
 import threading
 from collections import OrderedDict
 
+
 def _max_open_files() -> int:
     """Open descriptors the pool keeps: well under the soft ``RLIMIT_NOFILE`` (1024 on many
     systems), so sampling or verifying a store of thousands of chunk files never runs out."""

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from replaybuf_core import registry
+
 from . import (
     backends_cmd,
     copy_cmd,

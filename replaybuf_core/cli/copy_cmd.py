@@ -31,10 +31,10 @@ def run(args) -> int:
     """
     import os
 
-    from replaybuf_core.store.buffer import ReplayBuffer
     from replaybuf_core.cluster.copy import check_cluster_destination
     from replaybuf_core.errors import CorruptStoreError
     from replaybuf_core.locations import check_apart, is_object_url, local_path
+    from replaybuf_core.store.buffer import ReplayBuffer
 
     if (args.workers is not None or args.scheduler is not None):
         check_cluster_destination(args.backend, "a copy")

@@ -32,8 +32,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """Run the edit with parsed ``args``; returns the exit code (0 done, 2 refused)."""
-    from replaybuf_core.store.buffer import ReplayBuffer
     from replaybuf_core.importing.arguments import parse_episodes
+    from replaybuf_core.store.buffer import ReplayBuffer
 
     with ReplayBuffer(args.path) as rb:
         before = (rb.n_episodes, rb.n_steps)

@@ -40,9 +40,9 @@ def _pairs(items: list[str], keys: list[str], what: str, star: list[str] | None 
 
 def run(args) -> int:
     """Run the command with parsed ``args``; returns the exit code (0 done, 2 refused)."""
-    from replaybuf_core.store.buffer import ReplayBuffer
     from replaybuf_core.layout.codec_names import describe_codec
     from replaybuf_core.layout.frames import frame_keys
+    from replaybuf_core.store.buffer import ReplayBuffer
 
     if not args.chunk_length and not args.compressor:
         raise ValueError("nothing to do: give --chunk-length KEY=N and/or --compressor KEY=PRESET")

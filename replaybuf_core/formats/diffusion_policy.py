@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core import registry
-from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.errors import CorruptStoreError
-from replaybuf_core.source import FormatEntrypoint, KeySpec, Source
 from replaybuf_core.layout.schema import is_frame_shape
+from replaybuf_core.source import FormatEntrypoint, KeySpec, Source
+from replaybuf_core.store.buffer import ReplayBuffer
 
 logger = logging.getLogger(__name__)
 

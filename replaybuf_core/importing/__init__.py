@@ -1,12 +1,14 @@
 """Importing datasets of other formats: one pipeline (:mod:`.pipeline`) for every format, formats as
-plugins (:class:`.source.FormatEntrypoint`, found through the ``replaybuf_formats`` hook).
+plugins (:class:`replaybuf_core.source.FormatEntrypoint`, the contract a format implements, found
+through the ``replaybuf_formats`` hook).
 
-``import_source`` / ``import_dataset`` load lazily: the format registry imports
-:mod:`.source` alone, and the pipeline imports the registry.
+``import_source`` / ``import_dataset`` load on first use, so that importing the report and the
+contract stays light.
 """
 
-from .report import ImportReport, KeyReport
 from replaybuf_core.source import KINDS, FormatEntrypoint, KeySpec, Source
+
+from .report import ImportReport, KeyReport
 
 __all__ = ["ImportReport", "KeyReport", "KINDS", "FormatEntrypoint", "KeySpec", "Source", "import_source",
            "import_dataset", "parse_episodes"]

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core import registry
-from replaybuf_core.locations import is_object_url, local_path
 from replaybuf_core.layout.sharding import validate_image_frames_per_shard
+from replaybuf_core.locations import is_object_url, local_path
 
 
 def parse_episodes(spec: Any, n: int) -> list[int]:

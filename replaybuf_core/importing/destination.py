@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from replaybuf_core.source import _disk_bytes
 from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.store.replace import build_beside
-from replaybuf_core.source import _disk_bytes
 
 logger = logging.getLogger(__name__)
 

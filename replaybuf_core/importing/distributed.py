@@ -29,14 +29,15 @@ from __future__ import annotations
 import heapq
 import time
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from replaybuf_core import registry
 from replaybuf_core.cluster.tasks import TaskWindow, stopped, worker_resource
+
 from .check import Checker, psnr_db, same_bits
 from .plan import KeyPlan
 from .uint8_exact import as_uint8_if_lossless, first_bad_value

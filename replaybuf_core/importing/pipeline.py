@@ -35,18 +35,19 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core import registry
-from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.cluster.copy import check_client, check_cluster_destination
 from replaybuf_core.layout.codec_names import describe_codec
+from replaybuf_core.source import Source
+from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.store.interrupts import deferred_sigint
-from .prefetch import prefetch
+
 from .arguments import check_destination, check_settings, parse_episodes
 from .check import Checker, psnr_db, same_bits
 from .destination import building
 from .distributed import NotLossless, stream_on_cluster
 from .plan import KeyPlan, native, plan_key
+from .prefetch import prefetch
 from .report import ImportReport, KeyReport
-from replaybuf_core.source import Source
 from .uint8_exact import as_uint8_if_lossless, first_bad_value
 
 logger = logging.getLogger(__name__)

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.layout.codec_names import describe_codec
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
+from replaybuf_core.store.buffer import ReplayBuffer
 
 
 def open_read_only(path_or_buffer: Any) -> ReplayBuffer:

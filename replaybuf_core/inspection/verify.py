@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core import registry
-from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
-from replaybuf_core.store.editing import STATS_PREFIX
 from replaybuf_core.layout.keys import TMP_KEY
+from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
 from replaybuf_core.store.commit import EPISODE_ENDS, read_commit_record
+from replaybuf_core.store.editing import STATS_PREFIX
 
 #: per array, at most this many undecodable blocks are listed, then a count of the rest
 MAX_BLOCK_PROBLEMS = 10

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.store.buffer import ReplayBuffer
+
 from .summary import open_read_only
 
 #: image keys: (T, H, W) or (T, H, W, C) with C in {1, 3, 4} and H, W at least this many pixels

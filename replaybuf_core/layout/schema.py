@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .keys import check_key
 from .chunks import check_chunks_compatible
+from .keys import check_key
 
 SPEC_FIELDS = ("shape", "chunks", "dtype", "needs_compressor")
 #: largest chunk a spec may ask for (bytes)

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import COL as _COL, HALF as _HALF, MANTISSA_BITS, SHIFT as _SHIFT, segment_moments
+from .kernels import COL as _COL
+from .kernels import HALF as _HALF
+from .kernels import MANTISSA_BITS, segment_moments
+from .kernels import SHIFT as _SHIFT
 
 __all__ = ["QuantileSketch", "ALPHA", "MANTISSA_BITS", "exact_dtype"]
 

@@ -25,8 +25,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from replaybuf_core.layout.frames import is_frames
-from .quantiles import QuantileSketch, exact_dtype
+
 from .kernels import channel_histograms, segment_moments
+from .quantiles import QuantileSketch, exact_dtype
 
 __all__ = ["KeySummary", "summarize", "compute_stats", "stats_keys", "QUANTILES"]
 

@@ -28,23 +28,22 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf_core import registry
+from replaybuf_core import locking, registry
+from replaybuf_core.errors import EmptyBufferError, ReadOnlyError
 from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
-from .episode_index import episode_lengths_from_ends, get_episode_idxs
-from replaybuf_core import locking
 from replaybuf_core.layout.keys import check_key, is_temp_name
+from replaybuf_core.protocol import CAP_CHUNKS, StorageBackend
 
 from .buffer_checks import _as_episode_array, _serialized
 from .buffer_copying import StoreCopying
 from .buffer_editing import EpisodeEditing
 from .buffer_reading import StepReading
-from .merging import StoreMerging
-from replaybuf_core.errors import EmptyBufferError, ReadOnlyError
-from replaybuf_core.protocol import CAP_CHUNKS, StorageBackend
-from .recovered_view import RecoveredView
-from .rechunk import ChunkCodecEditing, rechunk_array
 from .commit import EPISODE_ENDS, write_commit_record
+from .episode_index import episode_lengths_from_ends, get_episode_idxs
+from .merging import StoreMerging
+from .rechunk import ChunkCodecEditing, rechunk_array
+from .recovered_view import RecoveredView
 from .recovery import RecoveryReport, recover
 from .writer import EpisodeWriter
 

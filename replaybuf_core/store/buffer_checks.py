@@ -10,8 +10,6 @@ from typing import Any
 import numpy as np
 
 
-
-
 def _serialized(method):
     """Run a mutating method under the buffer's lock: threads writing through one buffer take
     turns (each call whole), instead of interleaving resizes and commits."""

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 from replaybuf_core import registry
 from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
-from .copying import copy_array
 from replaybuf_core.locations import check_apart, is_object_url, local_path
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+
 from .commit import COMMIT_RECORD, EPISODE_ENDS, write_commit_record
+from .copying import copy_array
 from .replace import build_beside, holding_lock
 
 if TYPE_CHECKING:

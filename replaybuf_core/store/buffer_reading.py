@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from .buffer_checks import _check_index
 from replaybuf_core.errors import CapabilityError
 from replaybuf_core.protocol import read_rows_via_ranges
+
+from .buffer_checks import _check_index
 
 
 class StepReading:

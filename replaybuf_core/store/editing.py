@@ -33,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from .commit import EPISODE_ENDS
-from .copying import block_rows
 from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.protocol import CAP_SHARDS, StorageBackend
+
+from .commit import EPISODE_ENDS
+from .copying import block_rows
 
 __all__ = ["EDIT_JOURNAL", "UNDO_PREFIX", "InterruptedEditError", "keep_ranges_for", "rewrite", "rollback"]
 

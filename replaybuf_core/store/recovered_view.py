@@ -19,6 +19,7 @@ import numpy as np
 
 from replaybuf_core.errors import ReadOnlyError
 from replaybuf_core.protocol import read_rows_via_ranges
+
 from .commit import EPISODE_ENDS
 from .recovery import RecoveryReport
 

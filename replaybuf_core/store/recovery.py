@@ -45,12 +45,10 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.errors import CorruptStoreError, ReadOnlyError
+from replaybuf_core.layout.keys import TMP_KEY, is_temp_name
 from replaybuf_core.protocol import GROUPS, StorageBackend
 
-from replaybuf_core.layout.keys import TMP_KEY, is_temp_name
-
 from .commit import EPISODE_ENDS, EPISODE_ENDS_FILL, read_commit_record
-
 
 
 @dataclass

@@ -36,8 +36,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .editing import STATS_PREFIX as PREFIX
 from replaybuf_core.stats.summaries import FRAMES, KeySummary, stats_keys, summarize
+
+from .editing import STATS_PREFIX as PREFIX
 
 __all__ = ["RECORD", "PREFIX", "VERSION", "stats_of", "EditPlan", "check_stored_stats"]
 

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .interrupts import deferred_sigint
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_SHARDS
+
+from .interrupts import deferred_sigint
 
 if TYPE_CHECKING:
     from .buffer import ReplayBuffer

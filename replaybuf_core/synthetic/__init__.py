@@ -31,8 +31,8 @@ from .render import (
     position_to_pixel,
 )
 from .schema import SyntheticSchema
-from .store import create_replay_buffer_from_synthetic
 from .shapes import Circle, Obstacle, Rect, collides, distance_to_obstacles
+from .store import create_replay_buffer_from_synthetic
 from .tasks import MAX_MODES, TASK_NAMES, TaskGeometry, task_geometry, task_obstacles
 
 __all__ = [

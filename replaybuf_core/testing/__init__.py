@@ -42,12 +42,12 @@ from .conformance import (
     MetaConformance,
     PropertiesConformance,
 )
+from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot, tree_digest
 from .durability_conformance import CrashConformance, StatefulConformance
+from .edit_conformance import EditConformance, StatsConformance
+from .harness import BackendHarness
 from .layout_conformance import ChunkCodecConformance, CopyConformance, StorageProtocolConformance
 from .refusal_conformance import ReadOnlyConformance, ValidateBeforeMutateConformance
-from .edit_conformance import EditConformance, StatsConformance
-from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot, tree_digest
-from .harness import BackendHarness
 from .stateful import make_state_machine, run_state_machine
 
 __all__ = [

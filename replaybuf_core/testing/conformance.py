@@ -14,13 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.errors import CorruptStoreError
 from replaybuf_core.protocol import CAP_CHUNKS
+from replaybuf_core.store.buffer import ReplayBuffer
+
 from .data import assert_buffer_equal, assert_episode_equal, assert_snapshot_equal, make_episode, snapshot
-from .harness import BackendHarness, filled, has_capability
 from .durability_conformance import CrashConformance, StatefulConformance
 from .edit_conformance import EditConformance, StatsConformance
+from .harness import BackendHarness, filled, has_capability
 from .layout_conformance import ChunkCodecConformance, CopyConformance, StorageProtocolConformance
 from .refusal_conformance import ReadOnlyConformance, ValidateBeforeMutateConformance
 

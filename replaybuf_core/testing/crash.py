@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.layout.keys import is_temp_name
+from replaybuf_core.store.buffer import ReplayBuffer
 
 KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
          "rechunk_recompress", "delete_episodes")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from replaybuf_core.store.buffer import ReplayBuffer
+
 from .data import make_episode
 
 

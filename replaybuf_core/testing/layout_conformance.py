@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.errors import CapabilityError, CorruptStoreError
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS
+from replaybuf_core.store.buffer import ReplayBuffer
+
 from .data import assert_buffer_equal, assert_snapshot_equal, make_episode, snapshot
 from .harness import filled, has_capability
 

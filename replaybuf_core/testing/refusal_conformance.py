@@ -9,6 +9,7 @@ import pytest
 
 from replaybuf_core.errors import ReadOnlyError
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS
+
 from .data import assert_buffer_equal, assert_snapshot_equal, make_episode, snapshot
 from .harness import filled, has_capability
 

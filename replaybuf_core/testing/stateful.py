@@ -17,6 +17,7 @@ from hypothesis.stateful import (
 )
 
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS
+
 from .data import assert_episode_equal, make_episode
 from .harness import BackendHarness
 

@@ -15,9 +15,9 @@ import torch.utils.data
 
 from replaybuf_core.layout.frames import frame_keys
 from replaybuf_core.sampling.sampler import SequenceSampler
+from replaybuf_core.sampling.window_sampler import WindowSampler
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
 from replaybuf_core.torch.opening import LazyStore
-from replaybuf_core.sampling.window_sampler import WindowSampler
 
 __all__ = ["SequenceDataset", "WindowDataset"]
 

@@ -27,9 +27,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from replaybuf_core.torch.batch import Batch, to_torch, convert_images
-from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
 from replaybuf_core.sampling.window_sampler import WindowSampler, delta_timestamps_to_steps
+from replaybuf_core.torch.batch import Batch, convert_images, to_torch
+from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
 
 __all__ = ["LeRobotDataset", "LeRobotMeta", "EpisodeTable"]
 

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.source import FormatEntrypoint, KeySpec, Source
+
 from .common import attrs_of, datasets, is_hdf5, jsonable, key_of, member_names, open_file, read
 from .episodes import _kind
-
 
 
 def _text(value) -> str:

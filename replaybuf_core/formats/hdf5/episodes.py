@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf_core.source import KeySpec, Source
 from replaybuf_core.layout.schema import is_frame_shape
+from replaybuf_core.source import KeySpec, Source
+
 from .common import attrs_of, check_filters, datasets, key_of, open_file, read, require_h5py
 
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybuf_core.source import FormatEntrypoint
+
 from .common import attrs_of, is_hdf5, member_names, natural_key
 from .episodes import EpisodeGroupsSource, add_missing_keys_argument
 

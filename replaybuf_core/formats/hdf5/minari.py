@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybuf_core.source import FormatEntrypoint
+
 from .common import attrs_of, datasets, maybe_json, natural_key
 from .episodes import EpisodeGroupsSource, add_missing_keys_argument
 

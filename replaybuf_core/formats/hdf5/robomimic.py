@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.source import FormatEntrypoint
+
 from .common import attrs_of, is_hdf5, maybe_json, member_names, natural_key, read
 from .episodes import EpisodeGroupsSource, add_missing_keys_argument
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.source import KeySpec, Source
+
 from .columns import arrow_step, column_array, decode_image
 from .layout import (
     Locator,

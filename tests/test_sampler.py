@@ -506,3 +506,20 @@ def test_sampler_imports_neither_zarr_nor_torch():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_diffusion_policys_keyword_call_runs_unchanged():
+    """diffusion_policy's datasets build their sampler with keywords (``replay_buffer=``, ...); the
+    windows are the episode's steps sliced by hand (no padding in the middle of an episode)."""
+    rb = ReplayBuffer.create_empty_numpy()
+    for n in (12, 9):
+        rb.add_episode({"obs": np.arange(100 * n, 100 * n + n, dtype=np.float32)[:, None],
+                        "action": np.arange(n, dtype=np.int64)[:, None]})
+    mask = np.array([True, True])
+    sampler = SequenceSampler(replay_buffer=rb, sequence_length=4, pad_before=1, pad_after=3,
+                              keys=["obs", "action"], key_first_k={"obs": 2}, episode_mask=mask)
+    assert len(sampler) == (12 - 4 + 1 + 1 + 3) + (9 - 4 + 1 + 1 + 3)
+    window = sampler.sample_sequence(3)  # episode 0, start 2: steps 2..5, no padding
+    np.testing.assert_array_equal(window["action"][:, 0], [2, 3, 4, 5])
+    np.testing.assert_array_equal(window["obs"][:2, 0], [1202, 1203])
+    assert np.isnan(window["obs"][2:]).all()  # key_first_k: the slots past k

@@ -193,7 +193,9 @@ class SequenceSampler:
     padding at the end could repeat NaN; the first ``k`` slots agree.)
 
     Args:
-        buffer: a ReplayBuffer (see module docstring for the members used).
+        replay_buffer: a ReplayBuffer (see module docstring for the members used); the name is
+            diffusion_policy's, so its calls (``SequenceSampler(replay_buffer=rb, sequence_length=...,
+            pad_before=..., pad_after=..., keys=..., key_first_k=..., episode_mask=...)``) run unchanged.
         sequence_length: steps per window, >= 1.
         pad_before, pad_after, skip_initial: see :func:`create_indices`.
         keys: data keys to return, default ``buffer.keys()``.
@@ -217,7 +219,7 @@ class SequenceSampler:
 
     def __init__(
         self,
-        buffer,
+        replay_buffer,
         sequence_length: int,
         pad_before: int = 0,
         pad_after: int = 0,
@@ -228,6 +230,7 @@ class SequenceSampler:
         pad_mode: str = "edge",
         window_index: WindowIndex | None = None,
     ):
+        buffer = replay_buffer
         if pad_mode not in _PAD_MODES:
             raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
         ends, sequence_length, mask, pad_before, pad_after, skip_initial = validate_index_args(

@@ -205,3 +205,45 @@ def test_statistics_on_the_cluster_are_the_serial_ones_bit_for_bit(client, tmp_p
 
     printed = json.loads(capsys.readouterr().out)
     assert printed["action"]["mean"] == serial["action"]["mean"].tolist()
+
+
+@requires_pusht
+def test_relative_paths_reach_the_workers_of_a_running_scheduler(client, tmp_path, monkeypatch, capsys):
+    """stats, copy and rechunk with --scheduler and paths relative to a working directory the
+    workers do not share (they were started elsewhere): the same results as without the cluster."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    assert import_dataset(PUSHT, "rel.zarr", "diffusion-policy", episodes="0:6", progress=False).ok
+    address = client.scheduler.address
+    assert main(["stats", "rel.zarr", "--json", "--recompute", "--scheduler", address]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    with ReplayBuffer.create_from_path("rel.zarr") as rb:
+        assert printed["action"]["mean"] == rb.get_stats(recompute=True)["action"]["mean"].tolist()
+        want = {k: rb[k][:] for k in rb.keys()}
+    assert main(["copy", "rel.zarr", "copy.zarr", "--scheduler", address]) == 0
+    assert main(["rechunk", "copy.zarr", "--chunk-length", "action=7", "--scheduler", address]) == 0
+    with ReplayBuffer.create_from_path("copy.zarr") as copy:
+        assert copy.get_chunks()["action"][0] == 7
+        for key, values in want.items():
+            assert np.array_equal(copy[key][:], values), key
+
+
+@requires_pusht
+def test_a_cluster_without_workers_is_given_up_on_with_a_message(tmp_path, monkeypatch, capsys):
+    """--scheduler at a cluster with no worker: a clear error after a bounded wait, nothing written."""
+    import distributed
+
+    from replaybuf_core.cluster import tasks
+
+    monkeypatch.setattr(tasks, "WORKER_WAIT", 2)
+    assert import_dataset(PUSHT, tmp_path / "p.zarr", "diffusion-policy", episodes="0:2", progress=False).ok
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty:
+        started = time.monotonic()
+        assert main(["stats", str(tmp_path / "p.zarr"), "--recompute", "--scheduler", empty.scheduler_address]) == 2
+        assert time.monotonic() - started < 60
+        assert main(["copy", str(tmp_path / "p.zarr"), str(tmp_path / "c.zarr"), "--scheduler",
+                     empty.scheduler_address]) == 2
+    err = capsys.readouterr().err
+    assert err.count(f"the Dask cluster at {empty.scheduler_address} has no workers (waited 2 s") == 2, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.zarr"]  # no copy, no build left beside it

@@ -193,13 +193,36 @@ def test_missing_videos_are_named_or_skipped(tmp_path, version):
     assert report.ok and "cam" not in ReplayBuffer.create_from_path(tmp_path / "p.zarr").keys()
 
 
-def test_a_declared_camera_without_files_is_left_out_and_reported(tmp_path):
+def test_a_declared_camera_without_files_is_refused_by_name_unless_skipped(tmp_path):
+    """A declared camera is never dropped unasked: the error names it and where it looked."""
     spec = Spec([5], fps=10, cameras={"cam": Camera(16, 16)}, declared_only=["ghost"])
     root = write_dataset(tmp_path / "ds", spec, "v2.1")
-    report = import_dataset(root, tmp_path / "o.zarr", progress=False)
-    assert report.ok
-    assert "camera ghost is declared in meta/info.json but no episode has a video file" in report.summary()
-    assert "ghost" not in ReplayBuffer.create_from_path(tmp_path / "o.zarr").keys()
+    with pytest.raises(ValueError, match=r"camera ghost is declared in meta/info.json but no episode has a video "
+                                         r"file for it \(episode 0: .*videos/chunk-000/ghost/episode_000000.mp4 is "
+                                         r"missing\).*skip-camera ghost"):
+        import_dataset(root, tmp_path / "o.zarr", progress=False)
+    assert not (tmp_path / "o.zarr").exists()
+    r = run_cli("import", "lerobot", root, tmp_path / "o.zarr", "--no-progress")
+    assert r.returncode == 2 and "--skip-camera ghost" in r.stderr and not (tmp_path / "o.zarr").exists()
+    report = import_dataset(root, tmp_path / "o.zarr", progress=False, format_options={"skip_cameras": ["ghost"]})
+    assert report.ok and "camera ghost left out (skip_cameras)" in report.summary()
+    keys = ReplayBuffer.create_from_path(tmp_path / "o.zarr").keys()
+    assert "ghost" not in keys and "cam" in keys
+
+
+def test_videos_kept_outside_the_template_folder_are_found_by_find_moved_files(tmp_path):
+    """A dataset that keeps its videos under video/ instead of videos/ (a held-back trial's dataset):
+    refused by name, then found anywhere in the dataset folder with find_moved_files."""
+    spec = Spec([4, 6], fps=10, cameras={"cam": Camera(16, 16)})
+    root = write_dataset(tmp_path / "ds", spec, "v2.1")
+    (root / "videos").rename(root / "video")
+    with pytest.raises(ValueError, match=r"camera cam is declared.*episode_000000.mp4 is missing, but "
+                                         r".*video/chunk-000/cam/episode_000000.mp4 has its name.*find_moved_files"):
+        import_dataset(root, tmp_path / "o.zarr", progress=False)
+    report = import_dataset(root, tmp_path / "o.zarr", progress=False, format_options={"find_moved_files": True})
+    assert report.ok and "found by name (find_moved_files)" in report.summary()
+    rb = ReplayBuffer.create_from_path(tmp_path / "o.zarr")
+    assert rb["cam"].shape == (10, 16, 16, 3)
 
 
 def test_a_failing_import_leaves_nothing(tmp_path, monkeypatch):

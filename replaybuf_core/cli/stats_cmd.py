@@ -48,6 +48,7 @@ def run(args) -> int:
     with (ReplayBuffer(path) if args.save else ReplayBuffer.create_from_path(path)) as rb, client_for(args) as client:
         summarizer = None
         if client is not None:
+            from replaybuf_core.cluster.copy import endpoint_of
             from replaybuf_core.cluster.stats import cluster_summarizer
 
             if not args.recompute:
@@ -55,7 +56,8 @@ def run(args) -> int:
                       "saved are computed on the cluster (--recompute computes every episode there)",
                       file=sys.stderr)
 
-            summarizer = cluster_summarizer(client, path)
+            where = endpoint_of(rb.store)  # an absolute path (workers need not share our cwd) or a URL
+            summarizer = cluster_summarizer(client, where.location, where.storage_options, where.backend)
         stats = rb.get_stats(args.key, recompute=args.recompute, summarizer=summarizer)
     if args.save:
         print(f"saved the statistics in {path} (meta/replaybuf_stats)", file=sys.stderr)

@@ -37,6 +37,8 @@ KEPT_OPERATIONS = 4
 STOP_TIMEOUT = 120
 #: ... and by an interrupt (Ctrl-C, which a local cluster's workers get too).
 INTERRUPT_TIMEOUT = 10
+#: Seconds a window waits for a cluster without workers to get one before it gives up.
+WORKER_WAIT = 60
 
 _resources: dict[str, dict[str, Any]] = {}  # in each worker process: token -> name -> value (oldest first)
 
@@ -91,6 +93,10 @@ class TaskWindow:
     iterated lazily, ``window`` (default :data:`IN_FLIGHT_PER_WORKER` × workers) at a time.  ``name``
     prefixes the task keys (what the Dask dashboard shows).  A task's error is raised by the
     iteration; see the module docstring for what leaving the block with an error does.
+
+    Raises:
+        TimeoutError: the cluster has no worker and gets none within :data:`WORKER_WAIT` seconds
+            (nothing is submitted).
     """
 
     def __init__(self, client: Any, fn: Callable[[Any], Any], jobs: Iterable[Any], name: str,
@@ -99,6 +105,14 @@ class TaskWindow:
         self._token = uuid.uuid4().hex
         self._abort = f"replaybuf-abort-{self._token}"
         self._name = name
+        if not client.scheduler_info().get("workers"):
+            try:
+                client.wait_for_workers(1, timeout=WORKER_WAIT)
+            except TimeoutError:
+                address = getattr(getattr(client, "scheduler", None), "address", "?")
+                raise TimeoutError(f"the Dask cluster at {address} has no workers (waited {WORKER_WAIT} s for one): "
+                                   f"start some with `dask worker {address}`, or use --workers N for a local "
+                                   "cluster") from None
         n_workers = max(1, len(client.scheduler_info().get("workers", {})))
         self.n_workers = n_workers
         self._window = window or IN_FLIGHT_PER_WORKER * n_workers

@@ -124,14 +124,15 @@ class Locator:
         return self._by_name
 
     def resolve(self, rel: str, must_contain: str | None = None) -> tuple[str | None, str | None]:
-        """``(path, problem)``: the file at ``root/rel``, or the one file of that name elsewhere
-        (its path containing the folder ``must_contain``, e.g. the camera key) when allowed."""
+        """``(path, problem)``: the file at ``root/rel``, or the one file of that name anywhere else in the
+        dataset folder but ``meta/`` (its path containing the folder ``must_contain``, e.g. the camera
+        key) when allowed."""
         path = self.root / rel
         if path.is_file():
             return os.fspath(path), None
-        top = self.root / Path(rel).parts[0]  # data/... or videos/...: never a meta/ file of that name
+        meta = self.root / "meta"  # anywhere in the dataset folder (videos/, video/, ...), never a meta/ file
         found = [p for p in self._index().get(path.name, ())
-                 if Path(p).is_relative_to(top) and (must_contain is None or must_contain in Path(p).parts)]
+                 if not Path(p).is_relative_to(meta) and (must_contain is None or must_contain in Path(p).parts)]
         if len(found) == 1:
             if self.find_moved:
                 self.moved.append((os.fspath(path), found[0]))

@@ -10,8 +10,9 @@ Attributes: ``codebase_version``, ``robot_type``, ``fps``, the whole ``info.json
 How frames are matched to rows: :mod:`.video`.  What is refused or needs an option (each named in
 the message): files missing or not where the path templates say (``find_moved_files``), some
 episodes' videos missing or with null video indices (``skip_episodes_without_video``, or
-``skip_cameras``), row timestamps offset from the video (``align_video_start``).  A camera declared in
-``info.json`` with no video file for any episode is left out, and the report says so.
+``skip_cameras``), row timestamps offset from the video (``align_video_start``), a camera declared in
+``info.json`` with no video file for any episode (``skip_cameras``: a declared camera is never
+dropped unasked).
 """
 
 from __future__ import annotations
@@ -108,12 +109,16 @@ class LeRobotSource(Source):
         if problems:
             more = f" (and {len(problems) - 1} more episode(s) like it)" if len(problems) > 1 else ""
             raise ValueError(f"{root}: {problems[0]}{more}")
-        for cam in list(cams):
+        for cam in cams:  # never drop a declared camera unasked (a dataset that keeps its videos elsewhere)
             if episodes and all(ep.videos[cam] is None for ep in episodes):
                 why = episodes[0].extra.get("video_problems", {}).get(cam, "no file")
-                self.notes.append(f"camera {cam} is declared in meta/info.json but no episode has a video file "
-                                  f"for it (episode {episodes[0].index}: {why}); it is left out")
-                cams.remove(cam)
+                searched = ("; find_moved_files searched the whole dataset folder for it" if loc.find_moved else
+                            "; find_moved_files=True (CLI: --find-moved-files) searches the whole dataset folder")
+                raise ValueError(f"{root}: camera {cam} is declared in meta/info.json but no episode has a video "
+                                 f"file for it (episode {episodes[0].index}: {why}){searched}; pass "
+                                 f"skip_cameras=[{cam!r}] (CLI: --skip-camera {cam}) to import without it")
+        for cam in skip_cameras:
+            self.notes.append(f"camera {cam} left out (skip_cameras)")
         for pos, ep in enumerate(episodes):  # a missing video makes its episode unavailable
             why = [f"camera {cam}: {ep.extra['video_problems'][cam]}" for cam in cams if ep.videos.get(cam) is None]
             if why:

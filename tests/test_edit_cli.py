@@ -42,6 +42,8 @@ def test_edit_commands(store, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["edit", "delete", "{}", "9"], "out of range"),
     (["edit", "delete", "{}", "x"], "episodes"),
+    (["edit", "delete", "{}", "::-1"], "selects all 4 episodes"),
+    (["edit", "delete", "{}", "0:2", "2:"], "pass --all to delete every episode"),
     (["edit", "trim", "{}", "--episode", "0", "--start", "3", "--stop", "2"], "0 <= start < stop"),
     (["edit", "keep", "{}", "--mask", "nope"], "no meta array 'nope'"),
     (["rechunk", "{}", "--chunk-length", "nope=3"], "no data key 'nope'"),
@@ -75,3 +77,8 @@ def test_star_chunk_length_leaves_frames_and_out_of_range_trim_exits_2(store, ca
     assert main(["edit", "trim", str(store), "--episode", "25"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert _zarr(store) == before
+
+
+def test_deleting_every_episode_needs_all(store, capsys):
+    assert main(["edit", "delete", str(store), "::-1", "--all"]) == 0
+    assert _zarr(store) == ([], [])

@@ -356,3 +356,20 @@ def test_a_replaybuf_store_imports_again_keeping_its_records(tmp_path):
     rb = ReplayBuffer.create_from_path(tmp_path / "b.zarr")
     np.testing.assert_array_equal(rb.store.read("meta", "source.source_episode_index", 0, 1), [2])
     assert json.loads(rb.store.read("meta", "source.episode_attrs", 0, 1)[0])["episode_index"] == 2
+
+
+def test_episode_records_without_a_length_or_listed_twice_are_refused_by_name(tmp_path):
+    """A raw KeyError ('error: length') and an episode imported twice, before: now named, nothing written."""
+    spec = Spec([4, 5], fps=10, cameras={"cam": Camera(16, 16)})
+    root = write_dataset(tmp_path / "ds", spec, "v2.1")
+    listing = root / "meta" / "episodes.jsonl"
+    lines = listing.read_text().splitlines()
+    listing.write_text("\n".join([lines[0], lines[0], *lines[1:]]) + "\n")  # episode 0 twice
+    with pytest.raises(ValueError, match=r"episodes.jsonl: episode 0 is listed twice \(records 0 and 1\)"):
+        import_dataset(root, tmp_path / "o.zarr", progress=False)
+    no_length = [json.loads(line) for line in lines]
+    del no_length[1]["length"]
+    listing.write_text("\n".join(json.dumps(r) for r in no_length) + "\n")
+    r = run_cli("import", "lerobot", root, tmp_path / "o.zarr", "--no-progress")
+    assert r.returncode == 2 and "episode record 1" in r.stderr and "has length missing" in r.stderr, r.stderr
+    assert not (tmp_path / "o.zarr").exists()

@@ -15,6 +15,8 @@ def register(sub) -> None:
     d.add_argument("path", metavar="PATH")
     d.add_argument("episodes", metavar="EPISODES", nargs="+",
                    help="indices or Python slices, e.g. 3 7 10:20 -1 (negative from the end)")
+    d.add_argument("--all", action="store_true", dest="delete_all",
+                   help="confirm a selection that deletes every episode (refused without it)")
     d.set_defaults(func=run)
     t = edits.add_parser("trim", help="keep steps [START, STOP) of one episode",
                          description="Drop idle frames at either end of one episode.")
@@ -38,7 +40,11 @@ def run(args) -> int:
     with ReplayBuffer(args.path) as rb:
         before = (rb.n_episodes, rb.n_steps)
         if args.edit == "delete":
-            rb.delete_episodes(parse_episodes(",".join(args.episodes), rb.n_episodes))
+            chosen = parse_episodes(",".join(args.episodes), rb.n_episodes)
+            if rb.n_episodes and len(set(int(i) for i in chosen)) == rb.n_episodes and not args.delete_all:
+                raise ValueError(f"{' '.join(args.episodes)} selects all {rb.n_episodes} episodes of {args.path}: "
+                                 "pass --all to delete every episode (nothing was changed)")
+            rb.delete_episodes(chosen)
         elif args.edit == "trim":
             rb.trim_episode(args.episode, args.start, args.stop)
         else:

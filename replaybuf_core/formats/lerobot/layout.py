@@ -159,6 +159,33 @@ def _format(template: str, where: str, **fields: Any) -> str:
         raise ValueError(f"meta/info.json: cannot fill {where} {template!r} with {sorted(fields)}: {exc}") from exc
 
 
+def _checked_records(where: Path, records: list[dict]) -> list[tuple[int, int, dict]]:
+    """``(episode_index, length, record)`` of every episode record of ``where`` (``episodes.jsonl`` or
+    ``meta/episodes``), in index order.
+
+    Raises:
+        ValueError: a record without a whole ``episode_index`` >= 0 or ``length`` >= 1 (naming the
+            record and the field), or two records of one episode index (a duplicated line).
+    """
+    out, seen = [], {}
+    for n, r in enumerate(records):
+        values = []
+        for field, low in (("episode_index", 0), ("length", 1)):
+            v = r.get(field) if isinstance(r, dict) else None
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                shown = "missing" if v is None else repr(v)
+                raise ValueError(f"{where}: episode record {n} ({str(r)[:80]}) has {field} {shown}; every episode "
+                                 f"needs a whole {field} >= {low}")
+            values.append(v)
+        i, length = values
+        if i in seen:
+            raise ValueError(f"{where}: episode {i} is listed twice (records {seen[i]} and {n}); a dataset lists "
+                             "each episode once")
+        seen[i] = n
+        out.append((i, length, r))
+    return sorted(out, key=lambda t: t[0])
+
+
 def read_v2_episodes(root: Path, info: dict, cameras: list[str], loc: Locator) -> tuple[list[Episode], list[str]]:
     """The episodes of a v2.0/v2.1 dataset and the problems with their files."""
     meta = root / "meta"
@@ -172,9 +199,8 @@ def read_v2_episodes(root: Path, info: dict, cameras: list[str], loc: Locator) -
     data_t = _template(info, "data_path")
     video_t = _template(info, "video_path") if cameras else ""
     episodes, problems = [], []
-    for r in sorted(rows, key=lambda r: int(r["episode_index"])):
-        i = int(r["episode_index"])
-        ep = Episode(i, int(r["length"]), list(r.get("tasks") or []), stats.get(i))
+    for i, length, r in _checked_records(meta / "episodes.jsonl", rows):
+        ep = Episode(i, length, list(r.get("tasks") or []), stats.get(i))
         fields = {"episode_chunk": i // chunks_size, "episode_index": i}
         ep.data_file, problem = loc.resolve(_format(data_t, "data_path", **fields))
         if problem:
@@ -204,14 +230,13 @@ def read_v3_episodes(root: Path, info: dict, cameras: list[str], loc: Locator) -
         except Exception as exc:
             raise ValueError(f"{f}: cannot read the episode metadata ({exc})") from exc
     episodes, problems = [], []
-    for r in sorted(records, key=lambda r: int(r["episode_index"])):
-        i = int(r["episode_index"])
+    for i, length, r in _checked_records(root / "meta" / "episodes", records):
         stats = {}
         for k, v in r.items():
             if k.startswith("stats/"):
                 feat, _, stat = k[len("stats/"):].rpartition("/")
                 stats.setdefault(feat, {})[stat] = v
-        ep = Episode(i, int(r["length"]), list(r.get("tasks") or []), stats or None)
+        ep = Episode(i, length, list(r.get("tasks") or []), stats or None)
         try:
             ep.rows = (int(r["dataset_from_index"]), int(r["dataset_to_index"]))
             fields = {"chunk_index": int(r["data/chunk_index"]), "file_index": int(r["data/file_index"])}

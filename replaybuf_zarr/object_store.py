@@ -214,6 +214,7 @@ def break_lease(url: str, storage_options: dict | None = None, force: bool = Fal
 
     Raises:
         StoreLockedError: the holder runs on this host and ``force`` is False.
+        OSError: the object store cannot be reached or read (endpoint, credentials, bucket; named).
     """
     obstore = _obstore()
     store = open_object_store(url, read_only=False, storage_options=storage_options)
@@ -221,8 +222,13 @@ def break_lease(url: str, storage_options: dict | None = None, force: bool = Fal
         info = _read(store.store, obstore)
     except FileNotFoundError:
         return None
+    except Exception as exc:  # noqa: BLE001 - obstore's errors (endpoint, credentials, bucket): named with the URL
+        raise describe_failure(url, store, exc) from exc
     if not force and _alive_here(info):
         raise StoreLockedError(f"{url}: the lease is held by {_holder(info)}, a process of this host that is still "
                                "running; stop it first (or pass --force / force=True)")
-    obstore.delete(store.store, LEASE_NAME)
+    try:
+        obstore.delete(store.store, LEASE_NAME)
+    except Exception as exc:  # noqa: BLE001
+        raise describe_failure(url, store, exc) from exc
     return _holder(info)

@@ -247,3 +247,18 @@ def test_a_cluster_without_workers_is_given_up_on_with_a_message(tmp_path, monke
     err = capsys.readouterr().err
     assert err.count(f"the Dask cluster at {empty.scheduler_address} has no workers (waited 2 s") == 2, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.zarr"]  # no copy, no build left beside it
+
+
+def test_a_task_that_kills_its_workers_ends_in_a_named_error():
+    """Dask's KilledWorker (a raw traceback, before) becomes a RuntimeError naming the task."""
+    import dask
+    import distributed
+
+    from replaybuf_core.cluster.tasks import TaskWindow
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                     host="127.0.0.1") as cluster, distributed.Client(cluster) as c:
+        with pytest.raises(RuntimeError, match=r"boom: a task \(boom-0-\w+\) took down every worker that ran it"):
+            with TaskWindow(c, os._exit, [3], "boom") as results:
+                list(results)

@@ -236,3 +236,17 @@ def test_a_shard_replaced_after_its_index_was_read_is_read_again(sharded_url):
             new = (255 - old).astype(np.uint8)
             rw.store.write("data", "image", 0, new)  # the shard object is replaced (a whole-object PUT)
         assert np.array_equal(ro.read_ranges("image", [0], [4])[0], new)
+
+
+def test_unlock_at_an_unreachable_endpoint_is_a_named_error(s3_server, monkeypatch, capsys):
+    """Was obstore's raw GenericError traceback: now an OSError naming the URL (CLI: exit 2)."""
+    from replaybuf_core.registry import guess_backend
+
+    unreachable = {"endpoint": "http://127.0.0.1:9", "client_options": {"allow_http": True},
+                   "retry_config": {"max_retries": 0}}
+    with pytest.raises(OSError, match=r"s3://replaybuf-test/gone.zarr: the object store cannot be read"):
+        guess_backend("s3://replaybuf-test/gone.zarr").break_lock("s3://replaybuf-test/gone.zarr",
+                                                                   storage_options=unreachable)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    assert main(["unlock", "s3://replaybuf-test/gone.zarr"]) == 2
+    assert "s3://replaybuf-test/gone.zarr: the object store cannot be read" in capsys.readouterr().err

@@ -97,6 +97,8 @@ class TaskWindow:
     Raises:
         TimeoutError: the cluster has no worker and gets none within :data:`WORKER_WAIT` seconds
             (nothing is submitted).
+        RuntimeError: (from the iteration) a task whose workers kept dying (Dask's ``KilledWorker``),
+            naming the task.
     """
 
     def __init__(self, client: Any, fn: Callable[[Any], Any], jobs: Iterable[Any], name: str,
@@ -136,7 +138,12 @@ class TaskWindow:
         for fut in pending:
             for new in self._submit(1):
                 pending.add(new)
-            ran, result = fut.result()  # a task's error is raised here
+            try:
+                ran, result = fut.result()  # a task's error is raised here
+            except distributed_module().KilledWorker as exc:
+                raise RuntimeError(f"{self._name}: a task ({fut.key}) took down every worker that ran it (Dask's "
+                                   f"KilledWorker: {exc}); a worker process dies on it — out of memory, or a crash "
+                                   "in a decoder — so the work stops here") from exc
             job = self._futures.pop(fut)  # done: its result is released on the cluster
             if ran:
                 yield job, result

@@ -35,7 +35,16 @@ from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .chunk_reader import ChunkReader, RowsRead, make_reader
 from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
-from .members import collect, local_root, metadata_file_error, node_error, rename_member
+from .members import (
+    METADATA_NAMES,
+    delete_prefix,
+    is_metadata_key,
+    list_children,
+    local_root,
+    metadata_file_error,
+    node_error,
+    rename_member,
+)
 from .zarr_compat import sync
 
 
@@ -169,7 +178,7 @@ class ZarrBackend:
         except (KeyError, FileNotFoundError):
             raise
         except Exception as exc:  # one member's metadata is unreadable: name it
-            for name in sync(collect(g.store.list_dir(g.path))):
+            for name in list_children(g.store, g.path):
                 try:
                     g[name]
                 except KeyError:
@@ -239,7 +248,11 @@ class ZarrBackend:
         self._check_writable()
         self.get_array(group, name)  # KeyError when missing; (re)caches the handle ...
         self._invalidate(group, name)  # ... so forget it only now
-        del self._group(group)[name]
+        g = self._group(group)
+        if local_root(self._root.store) is not None:
+            del g[name]
+        else:  # no directory to remove at once: metadata first, so a cut delete leaves no half array visible
+            delete_prefix(g.store, f"{g.path}/{name}" if g.path else name)
 
     def rename_array(self, group, src, dst):
         self._check_writable()
@@ -487,15 +500,16 @@ class ZarrBackend:
         self.settle_writes()
 
     def remove_debris(self, group: str) -> list[str]:
-        """Delete what a killed process leaves in ``group``'s directory on a ``LocalStore``:
-        subdirectories that are no zarr node (an array whose deletion was cut short after its
-        ``zarr.json`` went) and ``*.partial`` files of zarr's atomic writes.  Returns the removed
-        names; [] for other stores.  Only for writers holding the store's writer lock."""
+        """Delete what a killed process leaves in ``group``: members that are no zarr node (on a
+        ``LocalStore``, subdirectories without metadata and ``*.partial`` files of zarr's atomic
+        writes; elsewhere, prefixes without metadata: an array whose deletion or copy
+        (:func:`~replaybuf_zarr.members.rename_member`) was cut short).  Returns the removed names.
+        Only for writers holding the store's writer lock or lease."""
         self._check_writable()
         local = local_root(self._root.store)
-        if local is None:
-            return []
         g = self._group(group)
+        if local is None:
+            return self._remove_object_debris(g)
         base = local / g.path if g.path else local
         removed = []
         for entry in sorted(base.iterdir()) if base.is_dir() else []:
@@ -505,6 +519,19 @@ class ZarrBackend:
             elif entry.is_file() and entry.name.endswith(".partial"):
                 entry.unlink(missing_ok=True)
                 removed.append(entry.name)
+        return removed
+
+    def _remove_object_debris(self, g: zarr.Group) -> list[str]:
+        store = g.store
+        base = f"{g.path}/" if g.path else ""
+        removed = []
+        for child in list_children(store, g.path):
+            if is_metadata_key(child):
+                continue
+            prefix = base + child.rstrip("/")
+            if not any(sync(store.exists(f"{prefix}/{m}")) for m in METADATA_NAMES):
+                delete_prefix(store, prefix)
+                removed.append(child.rstrip("/"))
         return removed
 
     def lock_path(self) -> Path | None:

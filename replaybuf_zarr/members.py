@@ -46,9 +46,26 @@ def node_error(group: str, name: str, exc: Exception) -> Exception:
                              f"read: {type(exc).__name__}: {exc}")
 
 
+#: the metadata objects of a zarr node (v3, v2): what makes a prefix an array or a group
+METADATA_NAMES = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
+
+
+def is_metadata_key(key: str) -> bool:
+    """Whether the store key ``key`` is a node's metadata object (not a chunk or shard)."""
+    return key.rsplit("/", 1)[-1] in METADATA_NAMES
+
+
 def rename_member(g: zarr.Group, src: str, dst: str) -> None:
-    """Move member ``src`` of zarr group ``g`` to the free name ``dst`` (zarr 3.1 has no ``move``):
-    one atomic directory rename on a ``LocalStore``, else a copy of every stored key, then deletes."""
+    """Move member ``src`` of zarr group ``g`` to the free name ``dst`` (zarr 3.1 has no ``move``).
+
+    On a ``LocalStore``: one atomic directory rename.  Elsewhere (object storage, memory) there is no
+    rename, so the objects are copied and deleted, in the one order that keeps every *visible* node
+    whole at every instant, whenever the process dies: objects left under ``dst`` by an earlier cut
+    copy are deleted first (``dst`` holds no node: the name is free), then the chunks and shards are
+    copied and the metadata (``zarr.json``) last, so ``dst`` appears only complete; then the source's
+    metadata is deleted first, so ``src`` disappears before any of its chunks does.  What a cut leaves
+    is an invisible prefix without metadata, which recovery deletes (``remove_debris``).
+    """
     store = g.store
     src_key = f"{g.path}/{src}" if g.path else src
     dst_key = f"{g.path}/{dst}" if g.path else dst
@@ -56,17 +73,42 @@ def rename_member(g: zarr.Group, src: str, dst: str) -> None:
     if local is not None:
         os.rename(local / src_key, local / dst_key)
         return
-    keys = sync(collect(store.list_prefix(src_key + "/")))
+    for key in list_keys(store, dst_key + "/"):  # debris of a cut copy, never a node
+        sync(store.delete(key))
+    keys = list_keys(store, src_key + "/")
+    meta = [k for k in keys if is_metadata_key(k)]
+    data = [k for k in keys if not is_metadata_key(k)]
     proto = buffer_prototype()
-    for key in keys:
+    for key in data + meta:  # metadata last: dst is visible only once whole
         buf = sync(store.get(key, prototype=proto))
         sync(store.set(dst_key + key[len(src_key):], buf))
-    for key in keys:
+    for key in meta + data:  # metadata first: src is invisible before it loses a chunk
         sync(store.delete(key))
 
 
-async def collect(agen) -> list[str]:
-    return [k async for k in agen]
+def delete_prefix(store: Any, prefix: str) -> None:
+    """Delete every object under ``prefix/``, metadata first (a cut delete leaves no visible node
+    with chunks missing, only debris without metadata)."""
+    keys = list_keys(store, prefix + "/")
+    for key in sorted(keys, key=lambda k: not is_metadata_key(k)):
+        sync(store.delete(key))
+
+
+def list_keys(store: Any, prefix: str) -> list[str]:
+    """Every key under ``prefix`` (synchronously; the listing is made inside zarr's event loop, as
+    obstore's listings must be)."""
+    async def run() -> list[str]:
+        return [k async for k in store.list_prefix(prefix)]
+
+    return sync(run())
+
+
+def list_children(store: Any, prefix: str) -> list[str]:
+    """The names directly under ``prefix`` (objects and sub-prefixes), synchronously."""
+    async def run() -> list[str]:
+        return [k async for k in store.list_dir(prefix)]
+
+    return sync(run())
 
 
 def local_root(store: Any) -> Path | None:

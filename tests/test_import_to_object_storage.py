@@ -131,3 +131,12 @@ def test_a_killed_url_import_leaves_the_committed_episodes(s3_server):
             assert rb[key].shape[0] == ends[-1]
             assert np.array_equal(rb[key][:], _source(key, int(ends[-1])))
         assert rb.store.get_attrs("data")["import"]["complete"] is False
+    # and what inspects it says so: verify fails naming the unfinished import, info shows it
+    from replaybuf_core.inspection.summary import buffer_info, format_info
+    from replaybuf_core.inspection.verify import verify_store
+
+    problems = [p for p in verify_store(url) if p.level == "error"]
+    assert any("the import into this store did not finish (data attribute import.complete is false): it holds "
+               f"the {k} episode(s)" in p.message for p in problems), problems
+    assert main(["verify", url]) == 1
+    assert "import: INCOMPLETE (import.complete is false)" in format_info(buffer_info(url))

@@ -11,6 +11,8 @@ from replaybuf_core.layout.codec_names import describe_codec
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
 from replaybuf_core.store.buffer import ReplayBuffer
 
+from .verify import import_incomplete
+
 
 def open_read_only(path_or_buffer: Any) -> ReplayBuffer:
     """A :class:`ReplayBuffer` as is, or the store at a path opened with ``create_from_path`` (read-only,
@@ -95,6 +97,9 @@ def format_info(info: dict[str, Any]) -> str:
     """The text ``replaybuf info`` prints for a :func:`buffer_info` dict."""
     out = [f"{info['path'] or '<buffer>'}  (backend {info['backend']})",
            f"episodes: {info['n_episodes']}   steps: {info['n_steps']}"]
+    if import_incomplete(info["attrs"]):
+        out.append("import: INCOMPLETE (import.complete is false): the import stopped after these episodes; "
+                   "delete the store and import again")
     el = info["episode_length"]
     if el:
         out.append(f"episode length: min {el['min']}, median {el['median']:g}, max {el['max']}")

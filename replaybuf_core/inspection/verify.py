@@ -71,6 +71,13 @@ def _rows_per_block(store: Any, group: str, name: str, row_bytes: int) -> int:
     return obj * per
 
 
+def import_incomplete(data_attrs: Any) -> bool:
+    """Whether a store's ``data`` attributes say an import into it stopped before it was verified
+    (``import.complete`` is false: an import straight into a bucket that failed or was killed)."""
+    record = data_attrs.get("import") if isinstance(data_attrs, dict) else None
+    return isinstance(record, dict) and record.get("complete") is False
+
+
 def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem]:
     """Check the store at ``path_or_store`` (a path, a native root or a StorageBackend); never
     modifies it.  Returns every :class:`Problem` found (empty: clean).
@@ -136,6 +143,10 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 if zero.size:
                     note("meta/episode_ends", f"{zero.size} zero-length episode(s), first: episode {int(zero[0])}")
     n_steps = int(ends[-1]) if ends is not None and ends.size else 0
+    if import_incomplete(store.get_attrs("data")):
+        n = 0 if ends is None else int(ends.size)
+        err("data", f"the import into this store did not finish (data attribute import.complete is false): it holds "
+                    f"the {n} episode(s) committed before it stopped, not the source; delete it and import again")
     damaged = False
     if ends is not None and not any(p.level == "error" for p in problems):
         # what recovery would refuse to repair (damage that looks like an interrupted write)

@@ -17,6 +17,9 @@ from zarr.storage import MemoryStore
 
 from replaybuf_core import ReplayBuffer
 
+# the recovery of a cut swap warns (what it restored or removed): expected at most cut points
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 
 class Killed(BaseException):
     """The process died here (no handler of the code under test may run after it)."""

@@ -272,3 +272,13 @@ def test_batch_checks_its_size_and_indices():
         b[1.0]
     with pytest.raises(IndexError, match="out of range"):
         b[3]
+
+
+def test_fps_given_for_a_store_with_its_own_is_refused_unless_equal(lerobot):
+    """A break-it trial's finding: fps= silently replaced the store's frame rate (timestamps of 10 fps
+    rows read as 30 fps)."""
+    _, store, cols = lerobot
+    with pytest.raises(ValueError, match=rf"fps=30 differs from the store's own fps {FPS:g}"):
+        LeRobotDataset(store, fps=30)
+    ds = LeRobotDataset(store, fps=FPS)
+    assert ds.fps == FPS and float(ds[3]["timestamp"]) == np.float32(cols["timestamp"][3])

@@ -120,7 +120,12 @@ class LeRobotMeta:
     def __init__(self, buffer: Any, fps: float | None, stats_from: Callable[[], dict]):
         attrs = buffer.store.get_attrs("data")
         source = attrs.get("source_attrs") or {}
-        self.fps = float(fps) if fps is not None else (float(attrs["fps"]) if attrs.get("fps") else None)
+        stored = float(attrs["fps"]) if attrs.get("fps") else None
+        if fps is not None and stored is not None and float(fps) != stored:
+            raise ValueError(f"fps={fps} differs from the store's own fps {stored:g} (its 'fps' attribute): the "
+                             "store's frame rate is what its timestamps mean; leave fps= out (it is for stores "
+                             "without one)")
+        self.fps = stored if stored is not None else (float(fps) if fps is not None else None)
         self.robot_type = source.get("robot_type")
         self.info = dict(source.get("info") or {})
         self.tasks = {int(k): str(v) for k, v in (source.get("tasks") or {}).items()}
@@ -187,7 +192,7 @@ class LeRobotDataset(_BatchedDataset):
         revision, force_cache_sync, download_videos, video_backend: LeRobot's hub and video-decoding
             options, accepted so LeRobot training scripts run unchanged, and unused (the store is
             local and holds decoded frames).
-        fps: the store's frame rate when it has no ``fps`` attribute.
+        fps: the store's frame rate when it has no ``fps`` attribute (ValueError when it has another).
 
     Raises:
         TypeError: neither ``repo_id`` nor ``root``.

@@ -445,3 +445,18 @@ def test_hdf5_backend_stores_read_back_and_keep_per_episode_text(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)  # a fresh process
     assert r.returncode == 0, r.stderr
     assert "'pick it'" in r.stdout
+
+
+def test_robomimic_demos_of_one_number_are_refused_by_name(tmp_path):
+    """demo_1 and demo_01 (a break-it trial's file): which comes first, and which one a mask names, was
+    ambiguous; now refused, naming both, with nothing written."""
+    src = tmp_path / "dup.hdf5"
+    with h5py.File(src, "w") as f:
+        for name in ("demo_0", "demo_1", "demo_01"):
+            g = f.create_group(f"data/{name}")
+            g.attrs["num_samples"] = 3
+            g.create_dataset("actions", data=np.zeros((3, 2), np.float32))
+            g.create_dataset("obs/x", data=np.zeros((3, 1), np.float32))
+    with pytest.raises(ValueError, match=r"data/demo_01 and data/demo_1 are both demo number 1"):
+        import_dataset(src, tmp_path / "o.zarr", "robomimic", progress=False)
+    assert not (tmp_path / "o.zarr").exists()

@@ -40,7 +40,8 @@ class RobomimicSource(EpisodeGroupsSource):
         missing_keys: ``"error"`` (default) or ``"drop"`` keys that only some demos hold.
 
     Raises:
-        FileNotFoundError, ValueError (not robomimic: no ``data`` group or no ``demo_N``; a demo
+        FileNotFoundError, ValueError (not robomimic: no ``data`` group or no ``demo_N``; two demos of
+            one number such as ``demo_1`` and ``demo_01``; a demo
         without ``actions`` or ``num_samples``; a mask naming a missing demo), ImportError (h5py).
     """
 
@@ -55,6 +56,13 @@ class RobomimicSource(EpisodeGroupsSource):
         names = sorted((n for n in data.keys() if DEMO.match(n)), key=natural_key)
         if not names:
             raise ValueError(f"{self.path}: no data/demo_N groups")
+        by_number: dict[int, str] = {}
+        for n in names:  # demo_1 and demo_01 would both be demo 1: their order (and masks) ambiguous
+            k = int(DEMO.match(n).group(1))
+            if k in by_number:
+                raise ValueError(f"{self.path}: data/{by_number[k]} and data/{n} are both demo number {k}; "
+                                 "rename one (robomimic orders and masks demos by that number)")
+            by_number[k] = n
         others = [n for n in data.keys() if not DEMO.match(n)]
         if others:
             self.notes.append(f"data/ also holds {others[:5]}, which are not demo_N groups; left out")

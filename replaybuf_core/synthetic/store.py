@@ -32,11 +32,8 @@ def create_replay_buffer_from_synthetic(
         TypeError / ValueError: bad ``image_frames_per_shard`` — before anything is written.
         FileExistsError: the store exists and ``overwrite`` is False.
     """
-    validate_image_frames_per_shard(image_frames_per_shard)
-    if schema.zarr_path.exists() and not overwrite:
-        raise FileExistsError(f"{schema.zarr_path} already exists; pass overwrite=True (CLI: --overwrite) "
-                              "to replace it")
-    recorder = schema.trajectory_recorder()
+    validate_image_frames_per_shard(image_frames_per_shard)  # before the generator starts
+    recorder = schema.trajectory_recorder()  # create_replay_buffer refuses an existing path before it reads an episode
 
     def episodes():
         for ep in schema.episodes():

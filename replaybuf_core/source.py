@@ -166,6 +166,12 @@ class Source:
         """Bytes on disk of the source (for the report's size comparison)."""
         return _disk_bytes(self.path)
 
+    def frame_bytes(self, key: str) -> float | None:
+        """Bytes one frame of camera ``key`` takes in the source (e.g. its video files' bytes over their
+        frames), or None when the format cannot tell; the import report compares the stored frames'
+        bytes with it."""
+        return None
+
     def close(self) -> None:
         """Release open files."""
 

@@ -272,15 +272,17 @@ class ZarrBackend:
             return False
         return True
 
-    def image_codec(self, lossy_quality: int | None = None) -> Any:
-        """The serializer for camera frames (uint8 ``(1, H, W, C)`` chunks): WebP, lossless at
-        :data:`~replaybuf_zarr.codecs.webp.LOSSLESS_LEVEL` effort, or lossy at ``lossy_quality``."""
-        from .codecs import WebPCodec
-        from .codecs.webp import LOSSLESS_LEVEL
+    def image_codec(self, choice: Any = None) -> Any:
+        """The serializer for camera frames (uint8 ``(1, H, W, C)`` chunks) of a
+        :class:`~replaybuf_core.layout.frame_choice.FrameChoice` (or its ``--frames`` spelling; None:
+        ``exact``): lossless JPEG XL (:class:`~replaybuf_zarr.codecs.JpegXLCodec`), JPEG
+        (:class:`~replaybuf_zarr.codecs.JpegCodec`) or WebP (:class:`~replaybuf_zarr.codecs.WebPCodec`,
+        lossless at :data:`~replaybuf_zarr.codecs.webp.LOSSLESS_LEVEL` effort, or lossy at its quality).
 
-        if lossy_quality is None:
-            return WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
-        return WebPCodec(level=int(lossy_quality), lossless=False)
+        Raises ValueError / TypeError for a choice that does not parse."""
+        from replaybuf_core.layout.frame_choice import parse_frame_choice
+
+        return zarr_frame_codec(parse_frame_choice("exact" if choice is None else choice))
 
     def create_schema_arrays(self, schema: Any, **options: Any) -> None:
         """Create the ``data`` arrays a schema declares (:func:`~replaybuf_zarr.creation.create_zarr_arrays`
@@ -569,3 +571,17 @@ class ZarrBackend:
             FILES.release_all(root=str(store.root))
         if type(store).__name__ == "ZipStore":
             store.close()
+
+
+def zarr_frame_codec(choice: Any) -> Any:
+    """The zarr frame codec of a parsed :class:`~replaybuf_core.layout.frame_choice.FrameChoice`."""
+    from .codecs import JpegCodec, JpegXLCodec, WebPCodec
+    from .codecs.webp import LOSSLESS_LEVEL
+
+    if choice.codec == "jpegxl":
+        return JpegXLCodec(effort=choice.effort)
+    if choice.codec == "jpeg":
+        return JpegCodec(quality=choice.quality, subsampling=choice.subsampling)
+    if choice.lossless:
+        return WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
+    return WebPCodec(level=choice.quality, lossless=False)

@@ -2,7 +2,7 @@
 
 The fast chunk reader and writer turn an array's codec chain — the ``codecs`` entries of its
 ``zarr.json``, ``{"name": ..., "configuration": {...}}`` — into plain functions, using numcodecs
-(Blosc, Zstd, GZip), google-crc32c and replaybuf's WebP codec.  A chain holding anything else
+(Blosc, Zstd, GZip), google-crc32c and replaybuf's frame codecs (WebP, JPEG XL, JPEG).  A chain holding anything else
 (array→array codecs, unknown names or settings) gives None and the caller takes zarr-python's path.
 
 Sources: Zarr v3 core spec ``bytes`` codec (``endian``); codec specs ``blosc`` (``cname``,
@@ -118,10 +118,18 @@ def _serializer_order(entry: dict[str, Any], dtype: np.dtype) -> np.dtype | None
     return dtype.newbyteorder("<" if endian == "little" else ">") if dtype.itemsize > 1 else dtype
 
 
-def _webp(entry: dict[str, Any]) -> Any:
-    from .codecs.webp import WebPCodec
+def frame_codec(entry: dict[str, Any]) -> Any:
+    """The replaybuf frame codec of a serializer entry, or None for any other serializer (or a
+    frame codec entry with unknown settings)."""
+    from .codecs import FRAME_CODECS
 
-    return WebPCodec.from_dict(entry)
+    cls = FRAME_CODECS.get(entry.get("name"))
+    if cls is None:
+        return None
+    try:
+        return cls.from_dict(entry)
+    except (TypeError, ValueError):
+        return None
 
 
 def array_decoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ...],
@@ -133,6 +141,7 @@ def array_decoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ..
     if not codecs:
         return None
     serializer, compressors = codecs[0], codecs[1:]
+    frames = frame_codec(serializer)
     decoders = [bytes_decoder(c) for c in compressors]
     if any(d is None for d in decoders):
         return None
@@ -151,16 +160,12 @@ def array_decoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ..
 
         def to_array(b: Any) -> np.ndarray:
             return np.frombuffer(b, dtype=stored).reshape(chunk_shape).astype(dtype, copy=False)
-    elif serializer["name"] == WEBP:
-        try:
-            codec = _webp(serializer)
-        except (TypeError, ValueError):
-            return None
-        if not decoders and len(chunk_shape) == 4 and chunk_shape[3] in (3, 4):
-            return _webp_frame_decoder(codec, chunk_shape)  # colour frames: the short path
+    elif frames is not None:
+        if serializer["name"] == WEBP and not decoders and len(chunk_shape) == 4 and chunk_shape[3] in (3, 4):
+            return _webp_frame_decoder(frames, chunk_shape)  # colour WebP frames: the short path
 
         def to_array(b: Any) -> np.ndarray:
-            return codec.decode_frame(bytes(b), chunk_shape)
+            return frames.decode_frame(bytes(b), chunk_shape)
     else:
         return None
 
@@ -192,8 +197,6 @@ def _webp_frame_decoder(codec: Any, chunk_shape: tuple[int, ...]) -> Callable[[A
 def array_encoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ...],
                   dtype: np.dtype) -> Callable[[np.ndarray], bytes] | None:
     """ndarray (``chunk_shape``) → bytes for a v3 (serializer, *compressors) chain, or None."""
-    from .codecs.webp import CODEC_NAME as WEBP
-
     if not codecs:
         return None
     serializer, compressors = codecs[0], codecs[1:]
@@ -207,11 +210,8 @@ def array_encoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ..
 
         def to_bytes(chunk: np.ndarray) -> bytes:
             return np.ascontiguousarray(chunk, dtype=stored).tobytes()
-    elif serializer["name"] == WEBP:
-        try:
-            to_bytes = _webp(serializer).encode_frame
-        except (TypeError, ValueError):
-            return None
+    elif (frames := frame_codec(serializer)) is not None:
+        to_bytes = frames.encode_frame
     else:
         return None
 

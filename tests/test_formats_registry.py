@@ -57,7 +57,7 @@ def test_the_documented_format_plugin_works(tmp_path, plugin):
     rb = ReplayBuffer.create_from_path(tmp_path / "out.zarr")
     np.testing.assert_array_equal(rb["obs"][:], np.concatenate([e["obs"] for e in eps]))
     np.testing.assert_array_equal(rb["img"][:], np.concatenate([e["img"] for e in eps]))
-    assert "webp" in str(rb.get_compressors()["img"]).lower()
+    assert "jpegxl" in str(rb.get_compressors()["img"]).lower()
 
 
 def test_broken_and_duplicate_formats_warn_and_the_others_stay(plugin):

@@ -16,7 +16,7 @@ from shared_data import PUSHT, requires_pusht
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
-from replaybuf_zarr.codecs import WebPCodec
+from replaybuf_zarr.codecs import JpegXLCodec, WebPCodec
 from replaybuf_core.formats.diffusion_policy import import_diffusion_policy
 
 needs_pusht = requires_pusht
@@ -56,7 +56,7 @@ def test_pusht_import_counts_codecs_verdict(pusht_import):
     assert rb.n_episodes == 206 and rb.n_steps == 25650
     assert rb.keys() == ["action", "img", "keypoint", "n_contacts", "state"]
     codec = rb.get_compressors()["img"]
-    assert isinstance(codec, WebPCodec) and codec.lossless is True
+    assert isinstance(codec, JpegXLCodec) and codec.lossless is True  # the exact tier
     assert rb["img"].dtype == np.uint8 and rb["img"].shape == (25650, 96, 96, 3)
     assert rb.store.shards("data", "img") == (256, 96, 96, 3)
     assert rb.store.get_attrs("data")["conversions"]["img"]["source_dtype"] == "float32"

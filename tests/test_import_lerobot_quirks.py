@@ -72,8 +72,8 @@ def test_every_key_is_imported_exactly(dataset, tmp_path):
         assert got.dtype == (np.uint16 if cam.depth else np.uint8)
         assert np.array_equal(got, want), key
     assert rb.store.dtype("data", "cam.depth") == np.uint16
-    assert "webp" not in str(rb.get_compressors()["cam.depth"]).lower()  # depth: never WebP
-    assert "webp" in str(rb.get_compressors()["cam.rgb"]).lower()
+    assert "jpegxl" not in str(rb.get_compressors()["cam.depth"]).lower()  # depth: never a frame codec
+    assert "jpegxl" in str(rb.get_compressors()["cam.rgb"]).lower()
     lossy_note = next(n for n in report.notes if "lossy when recorded" in n)
     assert "cam.rgb" in lossy_note and "cam.depth" not in lossy_note  # ffv1 depth is stored losslessly
 
@@ -340,7 +340,7 @@ def test_lossy_quality_needs_an_image_codec(tmp_path):
     pytest.importorskip("replaybuf_hdf5")
     spec = Spec([4], fps=10, cameras={"cam": Camera(16, 16)})
     root = write_dataset(tmp_path / "ds", spec, "v2.1")
-    with pytest.raises(ValueError, match="has no lossy image codec"):
+    with pytest.raises(ValueError, match="has no image codec and stores frames exactly; cam=webp:50 is lossy"):
         import_dataset(root, tmp_path / "o.h5", progress=False, backend="hdf5", lossy_quality=50)
     assert list(tmp_path.iterdir()) == [tmp_path / "ds"]
     with pytest.raises(ValueError, match="keeps its stores in memory"):

@@ -12,8 +12,7 @@ from PIL import Image
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.cli import main
 from replaybuf_core.synthetic import SyntheticSchema
-from replaybuf_zarr.codecs import WebPCodec
-from replaybuf_zarr.codecs.webp import LOSSLESS_LEVEL
+from replaybuf_zarr.codecs import JpegXLCodec
 from replaybuf_core.synthetic import create_replay_buffer_from_synthetic
 
 
@@ -27,9 +26,9 @@ def test_synthetic_buffer_equals_the_generator_and_saves_the_plot(tmp_path):
     assert again.n_episodes == 12 and again.n_steps == 240
     for i, ep in enumerate(schema.episodes()):
         got = again.get_episode(i)
-        for key in ep:  # lossless WebP frames: bit-exact
+        for key in ep:  # lossless frames: bit-exact
             np.testing.assert_array_equal(got[key], ep[key])
-    assert again.get_compressors()["image"] == WebPCodec(level=LOSSLESS_LEVEL, lossless=True)  # the backend default
+    assert again.get_compressors()["image"] == JpegXLCodec(effort=1)  # the exact tier, the default
     assert again.store.shards("data", "image") == (64, 32, 32, 3)
 
 

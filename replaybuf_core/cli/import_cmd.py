@@ -9,6 +9,7 @@ import sys
 
 from replaybuf_core import registry
 from replaybuf_core.cluster.clients import add_cluster_arguments, client_for
+from replaybuf_core.layout.frame_choice import FRAMES_HELP
 
 
 def register(sub) -> None:
@@ -17,7 +18,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "import", help="import a dataset of another format (LeRobot, diffusion-policy, ...) into a new store",
         description="Stream a dataset of another format into a new store: uint8 camera frames (and float "
-                    "frames holding only integers 0..255) as lossless WebP, depth and numbers as Blosc; then "
+                    "frames holding only integers 0..255) in the --frames codec (default exact: lossless JPEG XL), depth and numbers as Blosc; then "
                     "check every array against the source.  The store is built beside DST and moved into "
                     "place once verified.  Exit 0 when verified, 1 when a check failed, 2 for bad input.  "
                     f"Formats: {', '.join(formats) or 'none'} (`replaybuf formats`).",
@@ -33,8 +34,9 @@ def register(sub) -> None:
     p.add_argument("--skip-key", action="append", default=[], metavar="KEY", help="leave this key out (repeatable)")
     p.add_argument("--keep-dtype", action="store_true",
                    help="keep non-uint8 frames in their source dtype (Blosc) instead of converting")
+    p.add_argument("--frames", default=None, metavar="CHOICE", help=FRAMES_HELP)
     p.add_argument("--lossy-quality", type=int, default=None, metavar="Q",
-                   help="lossy WebP at quality Q (0..100), checked by PSNR; default lossless, bit for bit")
+                   help="the older spelling of --frames webp:Q (lossy WebP at quality Q, 0..100)")
     p.add_argument("--frames-per-shard", type=int, default=256, metavar="N",
                    help="image frames per shard (default 256, fewer for large frames); 0 disables sharding")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
@@ -76,7 +78,7 @@ def run(args) -> int:
 
     if len(args.paths) not in (2, 3):
         raise ValueError(f"expected [FORMAT] SRC DST, got {len(args.paths)} path argument(s): {args.paths}")
-    check_settings(args.lossy_quality, None if args.frames_per_shard == 0 else args.frames_per_shard)
+    check_settings(args.lossy_quality, None if args.frames_per_shard == 0 else args.frames_per_shard, args.frames)
     fmt, src, dst = args.paths if len(args.paths) == 3 else (None, *args.paths)
     entry = registry.get_format(fmt) if fmt is not None else registry.guess_format(src)
     check_destination(src, dst, args.backend, args.overwrite)
@@ -90,7 +92,7 @@ def run(args) -> int:
                              f"not of {entry.name}")
         options[dest] = value
     kwargs = dict(backend=args.backend, episodes=args.episodes, skip_keys=args.skip_key, keep_dtype=args.keep_dtype,
-                  lossy_quality=args.lossy_quality,
+                  lossy_quality=args.lossy_quality, frames=args.frames,
                   image_frames_per_shard=None if args.frames_per_shard == 0 else args.frames_per_shard,
                   progress=not args.no_progress, overwrite=args.overwrite,
                   drop_empty_episodes=args.drop_empty_episodes)

@@ -4,7 +4,7 @@ or ``.zarr.zip``), as written by diffusion_policy's ``ReplayBuffer``.
 Layout: ``data/<key>`` arrays (time on axis 0) and ``meta/episode_ends`` (int64, cumulative step
 counts).  Read through the zarr backend's read-only protocol verbs.  Every ``data`` key becomes a
 key of the same name (4-D numeric arrays of frame shape are camera frames: Push-T's float32 pixels
-are proven to hold integers 0..255 and stored as lossless WebP); every other ``meta`` array is
+are proven to hold integers 0..255 and stored in the exact frame codec); every other ``meta`` array is
 copied as it is.  Episodes are read in order with one reader per key that decodes each source
 chunk once and keeps at most one chunk plus one episode part (Push-T: 2.8 GB of float32 frames,
 < 0.5 GB RSS).
@@ -217,6 +217,7 @@ def import_diffusion_policy(
     progress: bool = True,
     overwrite: bool = False,
     drop_empty_episodes: bool = False,
+    frames: Any = None,
 ):
     """Import the diffusion_policy replay buffer at ``src`` into a new zarr v3 store at ``dst``: the
     ``diffusion-policy`` format on :func:`replaybuf_core.importing.import_source` (whose docstring
@@ -230,10 +231,10 @@ def import_diffusion_policy(
     """
     from replaybuf_core.importing.pipeline import check_destination, check_settings, import_source
 
-    check_settings(lossy_quality, image_frames_per_shard)
+    check_settings(lossy_quality, image_frames_per_shard, frames)
     if os.path.exists(os.path.expanduser(os.fspath(src))):
         check_destination(src, dst, "zarr", overwrite)
     with DiffusionPolicySource(src) as source:
         return import_source(source, dst, backend="zarr", keep_dtype=keep_dtype, lossy_quality=lossy_quality,
-                             image_frames_per_shard=image_frames_per_shard, progress=progress,
+                             frames=frames, image_frames_per_shard=image_frames_per_shard, progress=progress,
                              overwrite=overwrite, drop_empty_episodes=drop_empty_episodes)

@@ -62,17 +62,27 @@ def parse_episodes(spec: Any, n: int) -> list[int]:
     return chosen
 
 
-def check_settings(lossy_quality: Any, image_frames_per_shard: Any) -> tuple[int | None, int | None]:
-    """``(lossy_quality, image_frames_per_shard)`` checked (callers check them before opening a
-    source).  Raises TypeError / ValueError naming the setting."""
+def check_settings(lossy_quality: Any, image_frames_per_shard: Any, frames: Any = None) -> tuple[Any, int | None]:
+    """``(frames, image_frames_per_shard)`` checked (callers check them before opening a source).
+
+    ``lossy_quality`` (an int 0..100) is the older spelling of ``frames="webp:Q"``; giving both is an
+    error.  ``frames`` is parsed (:func:`~replaybuf_core.layout.frame_choice.parse_frames`) so a bad
+    choice fails here; it is returned as given (or ``"webp:Q"``) — keys are matched once the source's
+    keys are known.  Raises TypeError / ValueError naming the setting."""
+    from replaybuf_core.layout.frame_choice import parse_frames
+
     fps = validate_image_frames_per_shard(image_frames_per_shard)
     if lossy_quality is not None:
         if isinstance(lossy_quality, bool) or not isinstance(lossy_quality, (int, np.integer)):
             raise TypeError(f"lossy_quality must be an int 0..100 or None, got {lossy_quality!r}")
         if not 0 <= int(lossy_quality) <= 100:
             raise ValueError(f"lossy_quality must be in 0..100, got {lossy_quality}")
-        lossy_quality = int(lossy_quality)
-    return lossy_quality, fps
+        if frames is not None:
+            raise ValueError(f"give frames={frames!r} or lossy_quality={lossy_quality} (the older spelling of "
+                             "frames='webp:Q'), not both")
+        frames = f"webp:{int(lossy_quality)}"
+    parse_frames(frames)
+    return frames, fps
 
 
 def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: str = "zarr",

@@ -37,6 +37,8 @@ import numpy as np
 from replaybuf_core import registry
 from replaybuf_core.cluster.copy import check_client, check_cluster_destination
 from replaybuf_core.layout.codec_names import describe_codec
+from replaybuf_core.layout.frame_choice import FrameChoice, check_frames_fit, resolve_frames
+from replaybuf_core.layout.schema import is_frame_shape
 from replaybuf_core.source import Source
 from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.store.interrupts import deferred_sigint
@@ -122,6 +124,7 @@ def import_source(
     keep_dtype: bool = False,
     lossy_quality: int | None = None,
     image_frames_per_shard: int | None = 256,
+    frames: Any = None,
     progress: bool = True,
     overwrite: bool = False,
     drop_empty_episodes: bool = False,
@@ -139,8 +142,12 @@ def import_source(
         skip_keys: source keys to leave out (named in the report and the attributes).
         keep_dtype: keep non-uint8 frames in their source dtype (Blosc) instead of converting
             provably lossless ones to uint8.
-        lossy_quality: None for an exact image codec; an int 0..100 for lossy WebP at that quality
-            (checked by PSNR instead of bit for bit).
+        lossy_quality: the older spelling of ``frames="webp:Q"`` (lossy WebP at quality Q, 0..100).
+        frames: the codec of the camera frames (:mod:`replaybuf_core.layout.frame_choice`): ``"exact"``
+            (the default: lossless, bit for bit — JPEG XL on zarr), ``"fast"`` (JPEG q95), a codec
+            (``"jpeg:90"``, ``"jpeg420:85"``, ``"webp"``, ``"webp:90"``, ``"jpegxl"``), or per key
+            (``"observation.images.wrist=fast,*=exact"`` / ``{key: choice}``).  Lossy keys are checked
+            by PSNR against the decoded source, lossless ones bit for bit.
         image_frames_per_shard: frames per shard of image arrays (None: one object per frame); large
             frames get fewer, so a shard holds at most :data:`SHARD_RAW_BYTES` of raw pixels.
         progress: show a tqdm bar over steps (stderr).
@@ -159,8 +166,9 @@ def import_source(
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is False, or it is not a store of ``backend``.
-        ValueError: ``dst`` is the source, inside it, or holds it; bad ``lossy_quality`` (or one
-            given to a backend without a lossy image codec); an in-memory backend; an unknown key in
+        ValueError: ``dst`` is the source, inside it, or holds it; bad ``lossy_quality`` / ``frames``
+            (an unknown codec or key, JPEG on RGBA frames, a lossy choice on a backend without a
+            lossy image codec, both given); an in-memory backend; an unknown key in
             ``skip_keys`` (the message lists the keys); a key of a dtype no store holds (named, with
             the ``skip_keys`` that leaves it out); bad ``episodes``; chosen episodes the source
             cannot give (``source.unavailable``, named with the option that helps); zero-length
@@ -181,7 +189,7 @@ def import_source(
     the import is verified); delete it before importing there again.
     """
     t0 = time.perf_counter()
-    lossy_quality, fps = check_settings(lossy_quality, image_frames_per_shard)
+    frames, fps = check_settings(lossy_quality, image_frames_per_shard, frames)
     if client is not None:
         check_client(client)
         check_cluster_destination(backend, "an import")
@@ -204,6 +212,7 @@ def import_source(
                              f"and text only); leave it out with skip_keys=[{k!r}] (CLI: --skip-key {k})")
     if not keys:
         raise ValueError(f"nothing to import: every key of {src_path} is skipped")
+    choices = _frame_choices(source, keys, frames)
     chosen = parse_episodes(episodes, source.n_episodes)
     missing = [i for i in chosen if i in source.unavailable]
     if missing and not source.skip_unavailable:
@@ -245,7 +254,7 @@ def import_source(
                 kept[key] = (f"kept as {source.keys[key].dtype}: row {row} (episode {indices[0]}) holds "
                              f"{first_bad_value(first[key][row])!r}, not an integer in 0..255")
         del first
-    settings = dict(keep_dtype=bool(keep_dtype), lossy_quality=lossy_quality, frames_per_shard=fps,
+    settings = dict(keep_dtype=bool(keep_dtype), lossy_quality=lossy_quality, frames=choices, frames_per_shard=fps,
                     max_rows=max_rows, client=client, backend=backend, storage_options=storage_options)
     with building(dst_path, options) as beside:
         while True:
@@ -289,6 +298,16 @@ def import_source(
     return report
 
 
+def _frame_choices(source: Source, keys: list[str], frames: Any) -> dict[str, FrameChoice]:
+    """key → FrameChoice for every key of ``keys`` the source gives as camera frames (checked: JPEG on
+    RGBA is refused before anything is written)."""
+    cameras = [k for k in keys if source.keys[k].kind == "frames" and is_frame_shape((0,) + source.keys[k].shape)]
+    choices = resolve_frames(frames, cameras)
+    for k, c in choices.items():
+        check_frames_fit(k, c, (0,) + source.keys[k].shape, np.uint8)
+    return choices
+
+
 def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int], chosen: list[int],
                 settings: dict, unavailable: list[dict]) -> dict[str, Any]:
     ids = [source.episode_id(i) for i in chosen]
@@ -296,6 +315,7 @@ def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int
         f"{ids[0]}:{ids[-1] + 1}" if ids and ids == list(range(ids[0], ids[-1] + 1)) else ids)
     return {"format": source.format_name, "source": os.fspath(src_path),
             "lossy_quality": settings["lossy_quality"], "keep_dtype": settings["keep_dtype"],
+            "frames": {k: str(c) for k, c in settings["frames"].items()},
             "episodes": sel, "skipped_keys": skip, "dropped_empty_episodes": list(empty),
             "skipped_episodes": list(source.skipped) + unavailable, "notes": list(source.notes),
             "complete": False}
@@ -396,12 +416,13 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
     """Create the arrays, meta and attributes of a new destination; returns the buffer on it and the
     plan of each key."""
     _no_cache(dst)
-    if settings["lossy_quality"] is not None and getattr(dst, "image_codec", None) is None:
-        raise ValueError(f"lossy_quality: this backend ({type(dst).__name__}) has no lossy image codec and stores "
-                         "frames exactly; lossy WebP is the zarr backend's")
+    lossy = [f"{k}={c}" for k, c in settings["frames"].items() if not c.lossless]
+    if lossy and getattr(dst, "image_codec", None) is None:
+        raise ValueError(f"frames / lossy_quality: this backend ({type(dst).__name__}) has no image codec and "
+                         f"stores frames exactly; {', '.join(lossy)} is lossy (frame codecs are the zarr backend's)")
     # first: a store built in place (object storage) reads as an empty buffer from here on
     ReplayBuffer._ensure_episode_ends(dst)
-    plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["lossy_quality"],
+    plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["frames"].get(k),
                          _image_frames_per_shard(source.keys[k].shape, settings["frames_per_shard"]), kept)
              for k in keys}
     for key, p in plans.items():
@@ -499,6 +520,10 @@ def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: d
             reports[key] = KeyReport(key, p.shape, str(p.src_dtype), str(dtype), describe_codec(dst.codec("data", key)),
                                      tuple(dst.chunks("data", key) or ()), dst.shards("data", key), p.converted,
                                      p.lossy, note=p.note)
+            if p.image:
+                stored = getattr(dst, "stored_bytes", lambda g, n: None)("data", key)
+                reports[key].bytes_per_frame = stored / shape[0] if stored is not None and shape[0] else None
+                reports[key].source_bytes_per_frame = source.frame_bytes(key)
             if shape != p.shape or dtype != p.dtype:
                 problems.append(f"data/{key}: destination is {shape} {dtype}, expected {p.shape} {p.dtype}")
         meta_keys = sorted(dst.list_arrays("meta"))

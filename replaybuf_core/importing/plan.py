@@ -1,11 +1,12 @@
 """How the import pipeline stores each key of a source (the same rules for every format).
 
 * ``frames`` (camera images ``(H, W, C)``, C in 1/3/4, sides 8..16382): uint8 → the destination
-  backend's image codec (zarr: lossless WebP; lossy at ``lossy_quality``), one frame a chunk,
+  backend's image codec for the key's :class:`~replaybuf_core.layout.frame_choice.FrameChoice` (zarr:
+  ``exact`` = lossless JPEG XL by default; ``fast`` = JPEG; lossless or lossy WebP), one frame a chunk,
   ``image_frames_per_shard`` frames a shard.  Other numeric dtypes (Push-T's float32 pixels) go the
   same way only when every value is proven to be an integer in 0..255 as it streams
   (:func:`~replaybuf_core.importing.uint8_exact.as_uint8_if_lossless`); ``keep_dtype`` keeps them.
-* ``depth`` (depth maps, e.g. uint16): lossless Blosc in the source dtype, never WebP (8-bit only).
+* ``depth`` (depth maps, e.g. uint16): lossless Blosc in the source dtype, never a frame codec (they hold 8 bits).
 * ``numbers``: the source dtype, Blosc lz4 (the ``"default"`` preset), chunks of about 2 MB
   (:func:`~replaybuf_core.layout.chunks.get_optimal_chunks`).
 * ``strings``: text arrays, uncompressed.
@@ -23,6 +24,7 @@ import numpy as np
 
 from replaybuf_core.layout.chunks import get_optimal_chunks
 from replaybuf_core.layout.compressors import resolve_compressor
+from replaybuf_core.layout.frame_choice import FrameChoice
 from replaybuf_core.layout.schema import is_frame_shape
 from replaybuf_core.layout.sharding import get_image_shard_shape
 from replaybuf_core.source import KeySpec
@@ -55,9 +57,10 @@ def native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
-def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, lossy_quality: int | None,
+def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, choice: FrameChoice | None,
              frames_per_shard: int | None, kept: dict[str, str]) -> KeyPlan:
     """The :class:`KeyPlan` of ``key`` (``n_steps`` rows in all) on the destination backend ``dst``.
+    ``choice``: the key's frame codec (None: ``exact``; used only when the key is stored as frames).
     ``kept``: keys whose conversion to uint8 failed its proof (key → why); they keep their dtype."""
     shape = (int(n_steps),) + spec.shape
     dtype = native(spec.dtype)
@@ -70,9 +73,9 @@ def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, 
     if frames and (dtype == np.uint8 or (dtype.kind in "iuf" and not keep_dtype and key not in kept)):
         chunks = (1,) + shape[1:]
         if image_codec is not None:
-            codec = image_codec(lossy_quality)
+            codec = image_codec(choice)
             shards = get_image_shard_shape(chunks, frames_per_shard) if frames_per_shard else None
-            lossy = lossy_quality is not None
+            lossy = choice is not None and not choice.lossless
         else:  # a backend without an image codec: exact frames, compressed as numbers
             codec, shards, lossy = resolve_compressor("default"), None, False
         return KeyPlan(key, spec, shape, spec.dtype, np.dtype(np.uint8), chunks, shards, codec, True,
@@ -80,7 +83,7 @@ def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, 
     if frames and dtype.kind in "iuf" and keep_dtype and note is None:
         note = f"kept as {dtype} (keep_dtype)"
     if spec.kind == "depth" and note is None:
-        note = f"depth: {dtype}, lossless Blosc (WebP holds 8 bits only)"
+        note = f"depth: {dtype}, lossless Blosc (frame codecs hold 8 bits only)"
     chunks = get_optimal_chunks((max(shape[0], 1),) + shape[1:], dtype)
     codec = None if dtype == object else resolve_compressor("default")
     return KeyPlan(key, spec, shape, spec.dtype, dtype, chunks, None, codec, False, False, False, note)

@@ -13,6 +13,8 @@ class KeyReport:
     ``exact``: True when the destination, cast back to the source dtype, is bit-identical to the
     source in every episode; False when an episode differs; None for lossy keys (see ``psnr_db``,
     dB over the whole key, and ``min_episode_psnr_db``, the worst episode; ``inf`` when identical).
+    Camera frames: ``bytes_per_frame`` stored (None when the backend cannot tell) and
+    ``source_bytes_per_frame`` (None when the format cannot tell, e.g. frames inside an HDF5 file).
     """
 
     key: str
@@ -28,6 +30,8 @@ class KeyReport:
     psnr_db: float | None = None
     min_episode_psnr_db: float | None = None
     note: str | None = None
+    bytes_per_frame: float | None = None
+    source_bytes_per_frame: float | None = None
 
 
 @dataclass
@@ -78,6 +82,12 @@ class ImportReport:
             else:
                 check = {True: "bit-exact", False: "MISMATCH", None: "not checked"}[r.exact]
             lines.append(f"  {r.key:<{width}} {str(r.shape):<22} {dt:<16} {r.codec:<44} {check}")
+            if r.bytes_per_frame is not None:
+                src = ""
+                if r.source_bytes_per_frame:
+                    src = (f", {r.bytes_per_frame / r.source_bytes_per_frame:.1f}x the source's "
+                           f"{_kb(r.source_bytes_per_frame)}")
+                lines.append(f"  {'':<{width}} frames: {_kb(r.bytes_per_frame)} a frame{src}")
             if r.note:
                 lines.append(f"  {'':<{width}} note: {r.note}")
         lines.append(f"  meta: {', '.join(self.meta_keys)}")
@@ -108,6 +118,10 @@ class ImportReport:
             lines.append(f"verification: FAILED ({len(self.problems)} problem(s))")
             lines.extend(f"  - {p}" for p in self.problems)
         return "\n".join(lines)
+
+
+def _kb(n: float) -> str:
+    return f"{n / 1e3:.1f} KB" if n >= 1e3 else f"{n:.0f} B"
 
 
 def _some(xs: list) -> str:

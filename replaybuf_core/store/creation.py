@@ -32,13 +32,15 @@ def create_replay_buffer(
     overwrite: bool = False,
     *,
     backend: str = "zarr",
+    frames: Any = None,
 ) -> ReplayBuffer:
     """Write every episode of ``episodes`` into a new store at ``schema.zarr_path``.
 
     ``schema`` is a :class:`~replaybuf_core.layout.schema.DatasetSchema` or a seed-style schema object
     (``zarr_path`` + ``get_zarr_array_specs()``).  The backend (default zarr) creates the arrays the
-    schema declares: camera frames (uint8 ``(T, H, W, C)``, C in 1/3/4) with ``image_codec`` (zarr:
-    lossless WebP by default) in chunks of one frame and shards of ``image_frames_per_shard`` frames
+    schema declares: camera frames (uint8 ``(T, H, W, C)``, C in 1/3/4) with ``image_codec`` (one codec
+    object for every camera) or the codec ``frames`` names (``"exact"`` — the default, lossless JPEG XL on
+    zarr —, ``"fast"``, ``"jpeg:90"``..., or ``{key: choice}``; :mod:`replaybuf_core.layout.frame_choice`) in chunks of one frame and shards of ``image_frames_per_shard`` frames
     (None: unsharded), numbers with ``numeric_compressor`` (a preset name or codec) where the spec asks
     for one.  Every spec is checked before the path is touched.  A new store is written in place (a
     killed run keeps its committed episodes); an existing store is replaced only with
@@ -59,6 +61,8 @@ def create_replay_buffer(
     entry = registry.get_backend(backend)
     options = dict(image_codec=image_codec, numeric_compressor=numeric_compressor,
                    image_frames_per_shard=image_frames_per_shard)
+    if frames is not None:
+        options["frames"] = frames
     check = getattr(entry, "check_schema", None)
     if check is None:
         raise CapabilityError(f"backend {backend!r} cannot create a store from a schema (no check_schema / "

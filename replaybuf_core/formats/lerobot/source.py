@@ -154,7 +154,7 @@ class LeRobotSource(Source):
         if lossy:
             self.notes.append(f"the video frames of {', '.join(lossy)} were lossy when recorded ({', '.join(codecs)} "
                               "in mp4); what is imported is their decode by PyAV (rgb24; depth as uint16), and "
-                              "the store keeps those decoded pixels exactly unless a lossy quality is asked for")
+                              "the store keeps those decoded pixels exactly unless a lossy frame codec is asked for (frames=)")
 
     # ------------------------------------------------------------------------------------ keys
     def _build_keys(self, features: dict[str, dict], cams: list[str]) -> None:
@@ -322,6 +322,17 @@ class LeRobotSource(Source):
         keys = list(keys or self.keys)
         parts = list(self.iter_parts(index, keys, 1 << 30))
         return {k: np.concatenate([p[k] for p in parts]) for k in keys}
+
+    def frame_bytes(self, key: str) -> float | None:
+        """Bytes a frame of camera ``key`` takes in the dataset's video files: every file of the camera
+        (each counted once, as v3 files hold several episodes) over the frames of the episodes in them."""
+        if key not in self._cameras:
+            return None
+        files = {ep.videos[key][0] for ep in self._episodes if ep.videos.get(key) is not None}
+        frames = sum(int(ep.length) for ep in self._episodes if ep.videos.get(key) is not None)
+        if not files or not frames:
+            return None
+        return sum(os.path.getsize(f) for f in files) / frames
 
     def episode_id(self, index: int) -> int:
         return self._episodes[index].index

@@ -1,0 +1,178 @@
+"""Which codec stores a camera's frames: the ``--frames`` / ``frames=`` vocabulary, parsed and checked
+without any backend (a backend turns a :class:`FrameChoice` into its own codec: ``image_codec``).
+
+Grammar of one choice (case-insensitive):
+
+=================  =============================================================================
+``exact``          the exact tier: lossless, bit for bit, fast to encode — :data:`TIERS` (JPEG XL
+                   lossless, effort 1: chosen by measurement on natural frames, ``benchmarks/frames``)
+``fast``           the fast lossy tier — :data:`TIERS` (JPEG quality 95, 4:4:4: PSNR ≥ 40 dB)
+``jpegxl``         lossless JPEG XL (``jpegxl:E``: effort E in 1..9, default 1)
+``webp``           lossless WebP (the codec of stores written before the ladder; slow to encode)
+``webp:Q``         lossy WebP at quality Q (0..100)
+``jpeg[:Q]``       JPEG at quality Q (1..100, default 95), no chroma subsampling (4:4:4)
+``jpeg420[:Q]``    JPEG with 4:2:0 chroma subsampling (smaller, softer colour)
+=================  =============================================================================
+
+Per key: ``KEY=CHOICE`` pairs separated by commas, ``*`` for every other frame key
+(``"observation.images.wrist=fast,*=exact"``), or a mapping ``{key: choice}`` in the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+__all__ = ["FRAMES_HELP", "FrameChoice", "TIERS", "parse_frame_choice", "parse_frames", "resolve_frames", "check_frames_fit"]
+
+#: the two tiers, by name → the codec each means (what ``exact`` and ``fast`` resolve to)
+TIERS = {"exact": "jpegxl:1", "fast": "jpeg:95"}
+
+#: the default of imports, synth and schema creation: exact frames
+DEFAULT = "exact"
+
+#: the ``--frames`` help of every CLI command that writes frames
+FRAMES_HELP = ("camera-frame codec: exact (lossless JPEG XL, the default), fast (JPEG q95, lossy, checked by "
+               "PSNR), jpegxl[:EFFORT], webp (lossless), webp:Q, jpeg[:Q], jpeg420[:Q]; per key: "
+               "'KEY=CHOICE,...,*=CHOICE'")
+
+_CODECS = ("webp", "jpegxl", "jpeg", "jpeg420")
+_GRAMMAR = ("exact, fast, jpegxl[:EFFORT 1..9], webp (lossless), webp:QUALITY (0..100, lossy), "
+            "jpeg[:QUALITY 1..100] or jpeg420[:QUALITY]")
+
+
+@dataclass(frozen=True)
+class FrameChoice:
+    """One camera's frame codec, backend-neutral.
+
+    ``codec``: ``"webp"``, ``"jpegxl"`` or ``"jpeg"``; ``quality``: the lossy quality (WebP 0..100,
+    JPEG 1..100), None when lossless; ``effort``: JPEG XL's effort (1..9), else None; ``subsampling``:
+    JPEG's chroma subsampling ``"444"`` / ``"420"``, else None.  ``str(choice)`` is its ``--frames``
+    spelling.
+    """
+
+    codec: str
+    quality: int | None = None
+    effort: int | None = None
+    subsampling: str | None = None
+
+    @property
+    def lossless(self) -> bool:
+        """True when every frame reads back bit for bit."""
+        return self.quality is None
+
+    def __str__(self) -> str:
+        if self.codec == "jpeg":
+            return f"{'jpeg420' if self.subsampling == '420' else 'jpeg'}:{self.quality}"
+        if self.codec == "jpegxl":
+            return f"jpegxl:{self.effort}"
+        return "webp" if self.quality is None else f"webp:{self.quality}"
+
+
+def _number(text: str, what: str, low: int, high: int, spec: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"frames {spec!r}: {what} must be an integer in {low}..{high}, got {text!r}") from None
+    if not low <= value <= high:
+        raise ValueError(f"frames {spec!r}: {what} must be in {low}..{high}, got {value}")
+    return value
+
+
+def parse_frame_choice(spec: Any) -> FrameChoice:
+    """One choice (see the module docstring) → :class:`FrameChoice`; a FrameChoice passes through.
+
+    Raises:
+        TypeError: ``spec`` is neither a string nor a FrameChoice.
+        ValueError: an unknown codec name or a quality / effort out of range (naming the spec and the
+            grammar).
+    """
+    if isinstance(spec, FrameChoice):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"frames: a choice is a string such as 'exact', 'fast' or 'jpeg:90', got {spec!r}")
+    text = spec.strip().lower()
+    text = TIERS.get(text, text)
+    name, _, arg = text.partition(":")
+    if name not in _CODECS:
+        raise ValueError(f"frames {spec!r}: unknown frame codec {name!r}; choose one of {_GRAMMAR}")
+    if name == "webp":
+        return FrameChoice("webp", None if not arg else _number(arg, "the WebP quality", 0, 100, spec))
+    if name == "jpegxl":
+        return FrameChoice("jpegxl", effort=1 if not arg else _number(arg, "the JPEG XL effort", 1, 9, spec))
+    quality = 95 if not arg else _number(arg, "the JPEG quality", 1, 100, spec)
+    return FrameChoice("jpeg", quality, subsampling="420" if name == "jpeg420" else "444")
+
+
+def parse_frames(frames: Any) -> dict[str, FrameChoice]:
+    """A ``frames`` argument → ``{key or "*": FrameChoice}`` (not yet matched against keys).
+
+    ``frames``: None (the default, :data:`DEFAULT` for every key), one choice (string or FrameChoice)
+    for every key, ``"KEY=CHOICE,...,*=CHOICE"``, or a mapping ``{key: choice}`` (``"*"``: the rest).
+
+    Raises TypeError / ValueError naming the part at fault (see :func:`parse_frame_choice`); a key
+    given twice is a ValueError.
+    """
+    if frames is None:
+        return {"*": parse_frame_choice(DEFAULT)}
+    if isinstance(frames, FrameChoice):
+        return {"*": frames}
+    if isinstance(frames, str):
+        if "=" not in frames:
+            return {"*": parse_frame_choice(frames)}
+        pairs = []
+        for part in frames.split(","):
+            key, eq, choice = part.strip().rpartition("=")
+            if not eq or not key.strip():
+                raise ValueError(f"frames {frames!r}: {part.strip()!r} is not KEY=CHOICE (e.g. "
+                                 "'observation.images.wrist=fast,*=exact')")
+            pairs.append((key.strip(), choice))
+    elif isinstance(frames, Mapping):
+        pairs = list(frames.items())
+    else:
+        raise TypeError(f"frames must be a choice string, 'KEY=CHOICE,...' or a mapping, got {frames!r}")
+    out: dict[str, FrameChoice] = {}
+    for key, choice in pairs:
+        if not isinstance(key, str):
+            raise TypeError(f"frames: keys are strings, got {key!r}")
+        if key in out:
+            raise ValueError(f"frames: key {key!r} is given twice")
+        out[key] = parse_frame_choice(choice)
+    return out
+
+
+def resolve_frames(frames: Any, frame_keys: Sequence[str], *, default: Any = DEFAULT) -> dict[str, FrameChoice]:
+    """``{frame key: FrameChoice}`` for every key of ``frame_keys`` (the keys stored as frames).
+
+    A key named in ``frames`` gets its choice, every other one ``frames["*"]``, or ``default`` (a choice
+    string; the tier :data:`DEFAULT` unless given) when there is no ``"*"``.
+
+    Raises:
+        ValueError: ``frames`` names a key that is not among ``frame_keys`` (the message lists them) —
+            never ignored, a typo would otherwise store a camera with the wrong codec; and what
+            :func:`parse_frames` raises.
+    """
+    parsed = parse_frames(frames) if frames is not None else {}
+    unknown = [k for k in parsed if k != "*" and k not in frame_keys]
+    if unknown:
+        raise ValueError(f"frames: {unknown} are not camera-frame keys here; the frame keys are {list(frame_keys)}")
+    rest = parsed.get("*", parse_frame_choice(default))
+    return {k: parsed.get(k, rest) for k in frame_keys}
+
+
+def check_frames_fit(key: str, choice: FrameChoice, shape: Sequence[int], dtype: Any) -> None:
+    """Check that ``choice`` can store key ``key``'s frames of ``shape`` (steps first) and ``dtype``.
+
+    Raises:
+        ValueError: a codec on frames other than uint8 (all are 8-bit), JPEG on frames of 4 channels
+            (JPEG has no alpha) — naming the key and what would hold them.
+    """
+    import numpy as np
+
+    if np.dtype(dtype) != np.uint8:
+        raise ValueError(f"frames: {key!r} holds {np.dtype(dtype)} values; {choice} stores 8-bit frames only "
+                         "(depth and float frames are stored exactly with Blosc)")
+    channels = int(shape[-1]) if len(shape) == 4 else 1
+    if choice.codec == "jpeg" and channels == 4:
+        raise ValueError(f"frames: {key!r} has 4 channels (RGBA); JPEG holds gray or RGB only — choose "
+                         "'exact', 'jpegxl' or 'webp:Q' for it")

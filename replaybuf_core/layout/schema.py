@@ -97,7 +97,7 @@ class DatasetSchema:
     Args:
         zarr_path: output store path (``~`` expanded).
         array_specs: key → ``{"shape": (0, *step_shape), "chunks": tuple, "dtype": dtype,
-            "needs_compressor": bool}``.  uint8 4-D specs are camera frames (WebP, one frame a chunk).
+            "needs_compressor": bool}``.  uint8 4-D specs are camera frames (a frame codec, one frame a chunk).
 
     Raises: the errors of :func:`normalize_array_spec`; ValueError for an empty or invalid key.
     """

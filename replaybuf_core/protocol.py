@@ -17,9 +17,10 @@ Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
 Optional methods, called only when present (``getattr(store, name, None)``):
 
 ``accepts_codec(codec) -> bool``      copies fall back to the "default" preset when False
-``image_codec(lossy_quality=None)``   the serializer for camera frames (zarr: WebP; lossless when
-                                      ``lossy_quality`` is None); absent: frames get the "default"
-                                      preset (the import pipeline asks for it)
+``image_codec(choice=None)``          the serializer for camera frames of a ``FrameChoice``
+                                      (:mod:`replaybuf_core.layout.frame_choice`; None: ``exact``;
+                                      zarr: JPEG XL, JPEG or WebP); absent: frames get the "default"
+                                      preset, and a lossy choice is refused (the import asks for it)
 ``codecs_equal(a, b) -> bool``        ``set_compressors`` skips arrays already using the codec
 ``cache_bytes`` (property, settable)  size of a cache of decoded chunks (``ReplayBuffer.cache_bytes``)
 ``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)

@@ -282,6 +282,8 @@ class ZarrBackend:
         Raises ValueError / TypeError for a choice that does not parse."""
         from replaybuf_core.layout.frame_choice import parse_frame_choice
 
+        from .frame_choice import zarr_frame_codec
+
         return zarr_frame_codec(parse_frame_choice("exact" if choice is None else choice))
 
     def create_schema_arrays(self, schema: Any, **options: Any) -> None:
@@ -572,16 +574,3 @@ class ZarrBackend:
         if type(store).__name__ == "ZipStore":
             store.close()
 
-
-def zarr_frame_codec(choice: Any) -> Any:
-    """The zarr frame codec of a parsed :class:`~replaybuf_core.layout.frame_choice.FrameChoice`."""
-    from .codecs import JpegCodec, JpegXLCodec, WebPCodec
-    from .codecs.webp import LOSSLESS_LEVEL
-
-    if choice.codec == "jpegxl":
-        return JpegXLCodec(effort=choice.effort)
-    if choice.codec == "jpeg":
-        return JpegCodec(quality=choice.quality, subsampling=choice.subsampling)
-    if choice.lossless:
-        return WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
-    return WebPCodec(level=choice.quality, lossless=False)

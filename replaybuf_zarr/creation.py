@@ -51,7 +51,7 @@ def _frame_codecs(specs: dict[str, dict[str, Any]], image_codec: Any, frames: An
     of ``frames`` (:func:`~replaybuf_core.layout.frame_choice.resolve_frames`; default ``exact``)."""
     from replaybuf_core.layout.frame_choice import check_frames_fit, resolve_frames
 
-    from .backend import zarr_frame_codec
+    from .frame_choice import zarr_frame_codec
 
     keys = [k for k, spec in specs.items() if is_uint8_image_spec(spec)]
     if image_codec is not None:

@@ -4,6 +4,7 @@ its chunks, codecs, shards, meta arrays and attributes — on this machine or a 
 from __future__ import annotations
 
 from replaybuf_core.cluster.clients import add_cluster_arguments, client_for
+from replaybuf_core.layout.frame_choice import FRAMES_HELP
 
 
 def register(sub) -> None:
@@ -17,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("dst", metavar="DST")
     p.add_argument("--backend", default="zarr", metavar="NAME", help="backend of DST (default zarr)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at a local DST")
+    p.add_argument("--frames", default=None, metavar="CHOICE",
+                   help="store DST's camera keys in this frame codec (default: SRC's codecs): " + FRAMES_HELP)
     add_cluster_arguments(p, "copy")
     p.set_defaults(func=run)
 
@@ -44,8 +47,14 @@ def run(args) -> int:
         if os.path.lexists(dst) and not args.overwrite:
             raise FileExistsError(f"{dst} exists: pass --overwrite to replace it")
     with ReplayBuffer.create_from_path(args.src) as rb, client_for(args) as client:
+        codecs = None
+        if args.frames is not None:
+            if args.backend != rb.backend:
+                raise ValueError(f"--frames: the codecs are made by SRC's backend ({rb.backend}); DST's is "
+                                 f"{args.backend} — copy first, then `replaybuf rechunk DST --frames ...`")
+            codecs = rb.frame_codecs(args.frames)[1]
         try:
-            rb.save_to_path(args.dst, backend=args.backend, client=client)
+            rb.save_to_path(args.dst, backend=args.backend, client=client, compressors=codecs)
         except CorruptStoreError as exc:  # the store's own message names the array and chunk, not the store
             raise CorruptStoreError(f"SRC {args.src}: {exc}") from exc
         print(f"copied {args.src} to {args.dst}: {rb.n_episodes} episodes, {rb.n_steps} steps, keys {rb.keys()}")

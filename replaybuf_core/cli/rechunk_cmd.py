@@ -4,6 +4,7 @@ rechunk / recompress of ``ReplayBuffer.set_chunks`` / ``set_compressors`` from t
 from __future__ import annotations
 
 from replaybuf_core.cluster.clients import add_cluster_arguments, client_for
+from replaybuf_core.layout.frame_choice import FRAMES_HELP
 
 
 def register(sub) -> None:
@@ -19,6 +20,9 @@ def register(sub) -> None:
                    help="steps per chunk for KEY (repeatable)")
     p.add_argument("--compressor", action="append", default=[], metavar="KEY=PRESET",
                    help="compressor preset for KEY: default (Blosc lz4), disk (Blosc zstd), none (repeatable)")
+    p.add_argument("--frames", default=None, metavar="CHOICE",
+                   help="convert camera keys to this frame codec (crash-safe, in place): " + FRAMES_HELP
+                        + "; keys not named keep theirs")
     add_cluster_arguments(p, "rewrite the keys")
     p.set_defaults(func=run)
 
@@ -44,8 +48,8 @@ def run(args) -> int:
     from replaybuf_core.layout.frames import frame_keys
     from replaybuf_core.store.buffer import ReplayBuffer
 
-    if not args.chunk_length and not args.compressor:
-        raise ValueError("nothing to do: give --chunk-length KEY=N and/or --compressor KEY=PRESET")
+    if not args.chunk_length and not args.compressor and args.frames is None:
+        raise ValueError("nothing to do: give --chunk-length KEY=N, --compressor KEY=PRESET and/or --frames CHOICE")
     with ReplayBuffer(args.path) as rb, client_for(args) as client:
         keys = rb.keys()
         frames = frame_keys(rb)
@@ -60,6 +64,15 @@ def run(args) -> int:
         codecs = {k: (None if v == "none" else v) for k, v in presets.items()}
         for k, v in codecs.items():  # validated before anything is rewritten
             rb.resolve_compressor(v)
+        if args.frames is not None:
+            if codecs.keys() & set(frames):
+                raise ValueError(f"--compressor and --frames both name {sorted(codecs.keys() & set(frames))}: "
+                                 "give camera keys their codec with --frames only")
+            converted = rb.set_frames(args.frames, client=client)
+            for k, choice in converted.items():
+                print(f"{k}: frames now {choice} ({describe_codec(rb.store.codec('data', k))})")
+            if not converted:
+                print("frames: every camera named is in that codec already")
         # frame keys first: a codec that refuses the new layout (WebP: one frame per chunk) does so
         # before any other key was rewritten
         order = sorted(set(chunks) | set(codecs), key=lambda k: (k not in frames, k))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from replaybuf_core.layout.codec_names import describe_codec
+from replaybuf_core.layout.frame_choice import FRAMES_HELP, parse_frames
 from replaybuf_core.synthetic.tasks import TASK_NAMES
 
 
@@ -28,6 +29,7 @@ def register(sub) -> None:
     p.add_argument("--length", type=int, default=60, help="steps per episode (default 60)")
     p.add_argument("--noise", type=float, default=0.008, help="position noise std (unit square)")
     p.add_argument("--frames-per-shard", type=int, default=256, help="frames per shard; 0 disables sharding")
+    p.add_argument("--frames", default=None, metavar="CHOICE", help=FRAMES_HELP)
     p.set_defaults(func=run)
 
 
@@ -42,7 +44,9 @@ def run(args) -> int:
                              image_size=args.image_size, num_modes=args.modes, trajectory_length=args.length,
                              noise_std=args.noise, num_styles=args.styles)
     fps = None if args.frames_per_shard == 0 else args.frames_per_shard
-    rb, png = create_replay_buffer_from_synthetic(schema, image_frames_per_shard=fps, overwrite=args.overwrite)
+    parse_frames(args.frames)  # a bad choice fails before anything is generated
+    rb, png = create_replay_buffer_from_synthetic(schema, image_frames_per_shard=fps, overwrite=args.overwrite,
+                                                  frames=args.frames)
     print(f"wrote {schema.zarr_path}: {rb.n_episodes} episodes, {rb.n_steps} steps, task {args.task}")
     codecs = rb.get_compressors()
     for key in rb.keys():

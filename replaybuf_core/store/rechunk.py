@@ -1,6 +1,6 @@
 """Rechunking and recompressing arrays in place — built beside, swapped in, recoverable — and the
 chunk/codec verbs of :class:`~replaybuf_core.ReplayBuffer` (``get_chunks``, ``set_chunks``,
-``get_compressors``, ``set_compressors``; a mixin using the buffer's ``_store``)."""
+``get_compressors``, ``set_compressors``, ``set_frames``; a mixin using the buffer's ``_store``)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,48 @@ class ChunkCodecEditing:
         for key, codec in resolved.items():
             if not _same_codec(self._store, key, codec):
                 rechunk_array(self._store, "data", key, codec=codec, client=client)
+
+    def frame_codecs(self, frames: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``({key: FrameChoice}, {key: this backend's codec})`` for the camera keys ``frames`` names
+        (every one for a bare choice; see :meth:`set_frames`), checked, nothing changed.
+
+        Raises ValueError (unknown codec or key, JPEG on RGBA), CapabilityError (no ``image_codec``)."""
+        from replaybuf_core.layout.frame_choice import check_frames_fit, parse_frames, resolve_frames
+        from replaybuf_core.layout.frames import frame_keys
+
+        make = getattr(self._store, "image_codec", None)
+        if make is None:
+            raise CapabilityError(f"frames: the {self.backend!r} backend has no frame codecs")
+        parsed = parse_frames(frames)
+        cameras = frame_keys(self)
+        named = cameras if "*" in parsed else [k for k in parsed if k in cameras]
+        resolved = resolve_frames(frames, cameras)
+        choices = {k: resolved[k] for k in named}
+        for key, choice in choices.items():
+            check_frames_fit(key, choice, self._store.shape("data", key), self._store.dtype("data", key))
+        return choices, {k: make(c) for k, c in choices.items()}
+
+    def set_frames(self, frames: Any, client: Any = None) -> dict[str, str]:
+        """Convert camera keys to the frame codecs ``frames`` names, in place (crash-safe, each key
+        built beside and swapped in, like :meth:`set_compressors`): ``"exact"``, ``"fast"``,
+        ``"jpeg:90"``... for every frame key, or ``"KEY=CHOICE,..."`` / ``{key: choice}`` for some
+        (``"*"``: the others; keys not named keep their codec).  See
+        :mod:`replaybuf_core.layout.frame_choice`.  An exact store → a fast training copy, or back —
+        going back to lossless keeps the lossy pixels, it does not restore the originals.
+
+        Returns ``{key: choice}`` of the keys now in a new codec (keys already in it are left alone).
+
+        Raises:
+            ValueError: an unknown codec or key (a key that is not camera frames), JPEG on RGBA frames.
+            CapabilityError: a backend without frame codecs (``image_codec``) or without codecs.
+        Everything is checked before the first key is rewritten.
+        """
+        self._require_cap(CAP_CODECS, "set_frames")
+        choices, codecs = self.frame_codecs(frames)
+        changed = {k: str(choices[k]) for k, c in codecs.items() if not _same_codec(self._store, k, c)}
+        if changed:
+            self.set_compressors({k: codecs[k] for k in changed}, client=client)
+        return changed
 
 
 def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:

@@ -5,6 +5,13 @@ through ``imagecodecs.jpegxl_encode`` / ``jpegxl_decode``, which release the GIL
 replaybuf's **exact** frame codec: on natural camera frames it encodes ~100× faster than lossless
 WebP at method 4 for ~15 % more bytes, and decodes bit for bit (``benchmarks/frames_bench.py``).
 Registered with zarr at import and through the ``zarr.codecs`` entry point, like the WebP codec.
+
+libjxl's effort-1 encoder (its "fast lossless" path) is not always lossless: libjxl 0.11 changes a
+pixel of some frames (libjxl issues #4287 and #4026; one such frame is ``tests/data/jxl_e1_not_lossless.npy``).
+So every frame is decoded again right after encoding and compared; a frame that does not come back
+bit for bit is encoded at the next efforts (2, then 7) instead — still one JPEG XL codestream, read by
+the same decoder — and a frame no effort keeps exact is an error, never stored.  The check costs one
+decode a frame (~5 ms at 640×480) and keeps ``exact`` exact whatever the libjxl version.
 """
 
 from __future__ import annotations
@@ -56,8 +63,17 @@ class JpegXLCodec(FrameCodec):
         object.__setattr__(self, "effort", check_int("JpegXLCodec", "effort", effort, 1, 9))
 
     def encode_image(self, frame: np.ndarray) -> bytes:
-        """One frame to a lossless JPEG XL codestream, one thread (replaybuf's pools parallelise)."""
-        return imagecodecs.jpegxl_encode(frame, lossless=True, effort=self.effort, numthreads=1)
+        """One frame to a lossless JPEG XL codestream, one thread (replaybuf's pools parallelise),
+        checked by decoding it again (see the module docstring for why and the fallback efforts).
+
+        Raises ValueError when no effort gives the frame back bit for bit."""
+        for effort in dict.fromkeys((self.effort, 2, 7)):
+            data = imagecodecs.jpegxl_encode(frame, lossless=True, effort=effort, numthreads=1)
+            back = imagecodecs.jpegxl_decode(data, numthreads=1)
+            if back.shape == frame.shape and np.array_equal(back, frame):
+                return data
+        raise ValueError(f"JpegXLCodec: {imagecodecs.jpegxl_version()} does not give this "
+                         f"{frame.shape} frame back bit for bit at efforts {self.effort}, 2 or 7; it is not stored")
 
     def decode_image(self, data: bytes, channels: int) -> np.ndarray:
         """Decode on one thread; gray images come back ``(H, W)``."""

@@ -1,4 +1,4 @@
-"""replaybuf's Zarr v3 backend: zarr groups as replay-buffer stores, the WebP codec, the fast chunk
+"""replaybuf's Zarr v3 backend: zarr groups as replay-buffer stores, the frame codecs (JPEG XL, JPEG, WebP), the fast chunk
 reader and writer, object storage, and the storage half of the seed's schema-driven creation
 (``create_zarr_arrays``, the image-shard helpers).
 

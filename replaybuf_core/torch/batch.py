@@ -47,8 +47,10 @@ def convert_images(batch: dict[str, np.ndarray], keys: Iterable[str], channels_f
 
     Each ``batch[key]`` is uint8 (..., H, W, C).  ``channels_first`` gives (..., C, H, W) (a new
     C-contiguous array); ``to_float`` gives float32 in [0, 1], ``x / 255`` computed in float32 (the
-    value ``torch``'s ``x.float() / 255`` gives, LeRobot's conversion).  Done in NumPy, single
-    threaded: it does not wake torch's intra-op thread pool inside a loader.
+    value ``torch``'s ``x.float() / 255`` gives, LeRobot's conversion).  Done in NumPy — it does not
+    wake torch's intra-op thread pool inside a loader — on one slab of the batch per core for large
+    batches (NumPy's ufuncs release the GIL; a 64-window batch of two 640×480 frames is ~236 MB of
+    float32, bound by one thread otherwise).
 
     Raises:
         ValueError: a key whose array is not uint8 with at least 3 dimensions (the message names it).
@@ -61,10 +63,41 @@ def convert_images(batch: dict[str, np.ndarray], keys: Iterable[str], channels_f
             x = np.moveaxis(x, -1, -3)
         if to_float:
             out = np.empty(x.shape, dtype=np.float32)
-            np.divide(x, np.float32(255), out=out, casting="unsafe")
+            _divide(x, out)
             batch[key] = out
         elif channels_first:
             batch[key] = np.ascontiguousarray(x)
+
+
+#: arrays of at least this many values are converted on several threads
+PARALLEL_VALUES = 1 << 22
+_POOL: tuple[int, Any] | None = None
+
+
+def _pool() -> Any:
+    """This process's conversion threads (a new pool after a fork: threads do not survive it)."""
+    global _POOL
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="replaybuf-float"))
+    return _POOL[1]
+
+
+def _divide(x: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = x / 255`` in float32, in slabs along axis 0 on the conversion threads when large."""
+    import os
+
+    n = min(os.cpu_count() or 1, len(x)) if x.ndim else 1
+    if x.size < PARALLEL_VALUES or n < 2:
+        np.divide(x, np.float32(255), out=out, casting="unsafe")
+        return
+    bounds = np.linspace(0, len(x), n + 1).astype(int)
+    futures = [_pool().submit(np.divide, x[a:b], np.float32(255), out=out[a:b], casting="unsafe")
+               for a, b in zip(bounds[:-1], bounds[1:])]
+    for f in futures:
+        f.result()
 
 
 _ALIGN = 64

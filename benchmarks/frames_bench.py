@@ -13,7 +13,6 @@ Goals (issue 29): exact encode ≤ 10 ms a 640×480 frame at ≤ 1.2× lossless 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 

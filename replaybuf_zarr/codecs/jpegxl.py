@@ -2,7 +2,7 @@
 
 ``"replaybuf.jpegxl"`` stores each chunk as a lossless JPEG XL codestream (ISO/IEC 18181; libjxl
 through ``imagecodecs.jpegxl_encode`` / ``jpegxl_decode``, which release the GIL).  At effort 1 it is
-replaybuf's **exact** frame codec: on natural camera frames it encodes ~100× faster than lossless
+replaybuf's **exact** frame codec: on natural camera frames it encodes (with its check) ~24× faster than lossless
 WebP at method 4 for ~15 % more bytes, and decodes bit for bit (``benchmarks/frames_bench.py``).
 Registered with zarr at import and through the ``zarr.codecs`` entry point, like the WebP codec.
 

@@ -1,7 +1,7 @@
 """Ingest: importing a diffusion-policy store vs the encode floor vs a naive per-episode writer.
 
-*Encode floor*: encoding every frame (uint8, the same lossless WebP level, method) with imagecodecs on a
-thread pool of the same size as replaybuf's codec pool (one thread per CPU) — nothing else (no source
+*Encode floor*: encoding every frame (uint8) with the store's own frame codec (``encode_frame``: the
+imagecodecs call and, for JPEG XL, its exactness check) on a thread pool of the same size as replaybuf's codec pool (one thread per CPU) — nothing else (no source
 decoding, no checking, no writing).  *Naive*: zarr-python ``resize`` + slice-assign per episode into arrays with the same
 chunks, shards and codecs, timed on the first episodes and scaled per frame.  Peak RSS is that of the
 import run in a subprocess.  The full run alternates three imports with three floors (medians; peak RSS:
@@ -20,12 +20,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import imagecodecs
 import zarr
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_zarr.codecs import WebPCodec
-from replaybuf_zarr.codecs.webp import WEBP_METHOD
+from replaybuf_zarr.codecs import FrameCodec
 
 from .common import Table, dir_bytes
 
@@ -54,19 +52,17 @@ def _image_key(rb: ReplayBuffer) -> str:
 
 
 def encode_floor(src: Path, dst: Path, n_frames: int) -> float:
-    """Seconds to encode ``n_frames`` frames (read from the imported store) with the store's WebP
-    settings on a thread pool of replaybuf's codec-pool size (one thread per CPU)."""
+    """Seconds to encode ``n_frames`` frames (read from the imported store) with the store's frame
+    codec on a thread pool of replaybuf's codec-pool size (one thread per CPU)."""
     rb = ReplayBuffer.create_from_path(dst)
     key = _image_key(rb)
     codec = rb.get_compressors()[key]
-    assert isinstance(codec, WebPCodec)
+    assert isinstance(codec, FrameCodec), codec
     frames = rb.read_ranges(key, [0], [n_frames])[0]
     workers = os.cpu_count() or 1
     t = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda f: imagecodecs.webp_encode(f, level=codec.level, lossless=codec.lossless,
-                                                              method=WEBP_METHOD),
-                      frames, chunksize=64))
+        list(pool.map(lambda f: codec.encode_frame(f[None]), frames, chunksize=64))
     return time.perf_counter() - t
 
 

@@ -2,8 +2,8 @@
 
 The dataset is written here (``replaybuf_core.testing.lerobot_writer``, LeRobot v3.0 layout): two
 cameras of 480×640 at 30 fps, x264 in mp4 — the size of a real tabletop dataset.  *Floor*: decoding
-every source frame with PyAV (one decode thread per video in turn) while encoding every frame to
-WebP with the import's settings on a thread pool of the codec pool's size — nothing else (no
+every source frame with PyAV (one decode thread per video in turn) while encoding every frame with
+the import's default frame codec (``exact``, its ``encode_frame``) on a thread pool of the codec pool's size — nothing else (no
 parquet, no matching, no writing, no checking).  Import and floor alternate (medians).  Peak RSS
 (VmHWM of a fresh interpreter) is measured on one episode of ``N`` and of ``3N`` frames: streaming
 keeps it flat, whatever the length.
@@ -49,11 +49,13 @@ def _dataset(root: Path, lengths: list[int], h: int, w: int) -> Path:
 
 
 def floor(src: Path) -> float:
-    """Seconds to decode every frame of every video under ``src`` and WebP-encode it (see above)."""
+    """Seconds to decode every frame of every video under ``src`` and encode it (see above)."""
     import av
-    import imagecodecs
 
-    from replaybuf_zarr.codecs.webp import LOSSLESS_LEVEL, WEBP_METHOD
+    from replaybuf_core.layout.frame_choice import parse_frame_choice
+    from replaybuf_zarr.frame_choice import zarr_frame_codec
+
+    codec = zarr_frame_codec(parse_frame_choice("exact"))
 
     videos = sorted(src.rglob("*.mp4"))
     t = time.perf_counter()
@@ -64,8 +66,7 @@ def floor(src: Path) -> float:
                 s = c.streams.video[0]
                 s.thread_type = "AUTO"
                 for f in c.decode(s):
-                    futures.append(pool.submit(imagecodecs.webp_encode, f.to_ndarray(format="rgb24"),
-                                               level=LOSSLESS_LEVEL, lossless=True, method=WEBP_METHOD))
+                    futures.append(pool.submit(codec.encode_frame, f.to_ndarray(format="rgb24")[None]))
         for f in futures:
             f.result()
     return time.perf_counter() - t
@@ -90,7 +91,7 @@ def run(table: Table, tmp: Path, smoke: bool) -> None:
     t_import, t_floor = statistics.median(r["seconds"] for r in imports), statistics.median(floors)
     frames = 2 * imports[0]["steps"]
     table.add("lerobot", f"import, 2 cameras {h}x{w} ({frames} frames, verified)", t_import, "s")
-    table.add("lerobot", "floor: PyAV decode + WebP encode, same threads", t_floor, "s")
+    table.add("lerobot", "floor: PyAV decode + frame encode, same threads", t_floor, "s")
     short = _import(_dataset(tmp / "lerobot_short", [n], h, w), tmp / "short.zarr")
     long = _import(_dataset(tmp / "lerobot_long", [3 * n], h, w), tmp / "long.zarr")
     rss_short, rss_long = short["maxrss_kb"] / 1024, long["maxrss_kb"] / 1024

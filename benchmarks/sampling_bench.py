@@ -2,8 +2,9 @@
 
 Windows: sequence_length 16, pad_before 1, pad_after 7, images through ``key_first_k={img: 2}``,
 batches of 64 drawn uniformly.  *Decode floor*: decoding exactly the chunks those windows touch with
-imagecodecs / Blosc directly, single-threaded, their bytes already in memory (WebP RGB frames with
-``hasalpha=False``, the fastest call, as replaybuf's reader makes it); each batch's floor is timed right
+the frame codec's own imagecodecs call (``decode_image``: e.g. ``jpegxl_decode``, or ``webp_decode``
+with ``hasalpha=False`` for RGB, the fastest call) / Blosc directly, single-threaded, their bytes
+already in memory; each batch's floor is timed right
 after replaybuf's cold read of the same batch, three passes over 20 batches, medians.  *Cold*: the LRU of
 decoded chunks is emptied before every batch (the OS page cache stays warm).  *Warm*: a cache larger
 than the data set, second pass over the same batches.
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import imagecodecs
 import numcodecs
 import numpy as np
 import zarr
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.sampling.sampler import SequenceSampler
+from replaybuf_zarr.codecs import FrameCodec
 
 from .common import Table, median_time
 
@@ -45,26 +46,27 @@ def _touched_chunks(rb: ReplayBuffer, sampler: SequenceSampler, batch: np.ndarra
 def _floor_payloads(rb: ReplayBuffer, sampler: SequenceSampler, batches: list[np.ndarray]) -> list:
     """Per batch: the stored bytes of every chunk its windows touch (read once, kept in memory)."""
     payloads = []
+    codecs = rb.get_compressors()
     for b in batches:
         items = []
         for key, times in _touched_chunks(rb, sampler, b).items():
             reader = rb.store._reader("data", key)
             dtype, shape = reader.dtype, reader.chunk_shape
-            webp = reader.shape and len(reader.shape) == 4 and dtype == np.uint8
-            alpha = webp and shape[3] == 4  # RGB frames: hasalpha=False, libwebp's fastest decode
+            frames = codecs[key] if isinstance(codecs[key], FrameCodec) else None
+            channels = shape[3] if len(shape) == 4 else 1
             for t in sorted(times):
                 raw = reader._raw_chunk((t,) + (0,) * (len(shape) - 1))
                 if raw is not None:
-                    items.append((webp, alpha, raw, dtype, shape))
+                    items.append((frames, channels, raw, dtype, shape))
         payloads.append(items)
     return payloads
 
 
 def _decode(items: list) -> None:
     """The decode floor of one batch: its touched chunks decoded directly, on this thread."""
-    for webp, alpha, raw, dtype, shape in items:
-        if webp:
-            imagecodecs.webp_decode(raw, hasalpha=alpha)
+    for frames, channels, raw, dtype, shape in items:
+        if frames is not None:
+            frames.decode_image(raw, channels)
         else:
             np.frombuffer(numcodecs.blosc.decompress(raw), dtype=dtype).reshape(shape)
 

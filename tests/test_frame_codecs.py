@@ -214,7 +214,7 @@ def test_rechunk_and_copy_convert_cameras_between_codecs(tmp_path, capsys):
     store = tmp_path / "s.zarr"
     assert main(["synth", "radial", str(store), "--episodes", "6", "--length", "10", "--image-size", "32"]) == 0
     rb = ReplayBuffer.create_from_path(store)
-    before = rb["image"][:]
+    before, actions = rb["image"][:], rb["action"][:]
     assert rb.get_compressors()["image"] == JpegXLCodec(effort=1)
     assert main(["rechunk", str(store), "--frames", "bogus=fast"]) == 2
     assert "not camera-frame keys" in capsys.readouterr().err
@@ -223,7 +223,7 @@ def test_rechunk_and_copy_convert_cameras_between_codecs(tmp_path, capsys):
     rb = ReplayBuffer.create_from_path(store)
     assert rb.get_compressors()["image"] == JpegCodec(quality=95, subsampling="444")
     assert psnr(before, rb["image"][:]) > 30
-    np.testing.assert_array_equal(rb["action"][:], ReplayBuffer.create_from_path(store)["action"][:])
+    np.testing.assert_array_equal(rb["action"][:], actions)  # the other keys untouched
     lossy = rb["image"][:]
     assert main(["copy", str(store), str(tmp_path / "c.zarr"), "--frames", "exact"]) == 0
     copy = ReplayBuffer.create_from_path(tmp_path / "c.zarr")

@@ -1,0 +1,224 @@
+"""The appending verbs of :class:`~replaybuf_core.ReplayBuffer`: ``add_episode`` (validate, write the
+rows, commit ``meta/episode_ends``), the buffered :meth:`writer`, ``drop_episode`` / ``pop_episode``,
+and the commit itself (rows durable, then the ends, then the commit record).  A mixin: it uses the
+buffer's ``_store``, ``_ends``, ``_n_ep``, ``_mutex``, ``_require_writable`` and ``keys``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from replaybuf_core.errors import EmptyBufferError
+from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks
+from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
+from replaybuf_core.layout.keys import check_key
+
+from .buffer_checks import _as_episode_array, _serialized
+from .commit import EPISODE_ENDS, write_commit_record
+from .writer import EpisodeWriter
+
+logger = logging.getLogger("replaybuf_core.store.buffer")
+
+
+class EpisodeAppending:
+    """``ReplayBuffer``'s append and drop methods (see the class docstring there)."""
+
+    def _validate_episode(self, data: Mapping[str, Any], chunks, compressors):
+        if not isinstance(data, Mapping):
+            raise TypeError(f"an episode must be a dict of arrays, got {type(data).__name__}")
+        if len(data) == 0:
+            raise ValueError("an episode needs at least one key; got an empty dict")
+        arrays: dict[str, np.ndarray] = {}
+        length = None
+        for key, value in data.items():
+            check_key(key)
+            arr = _as_episode_array(key, value)
+            if length is None:
+                length, first = arr.shape[0], key
+            elif arr.shape[0] != length:
+                raise ValueError(f"episode lengths differ: {first!r} has {length} steps, {key!r} has "
+                                 f"{arr.shape[0]}")
+            arrays[key] = arr
+        if length == 0:
+            raise ValueError("a zero-length episode holds no steps and is rejected")
+        s = self._store
+        existing = self.keys()
+        if existing:
+            missing = sorted(set(existing) - set(arrays))
+            extra = sorted(set(arrays) - set(existing))
+            if missing or extra:
+                raise ValueError(f"episode {self._n_ep} keys differ from the buffer's: missing {missing}, "
+                                 f"extra {extra} (every episode must carry every data key)")
+            for key, arr in arrays.items():
+                shape, dtype = s.shape("data", key), np.dtype(s.dtype("data", key))
+                if tuple(arr.shape[1:]) != tuple(shape[1:]):
+                    raise ValueError(f"data key {key!r}: step shape {arr.shape[1:]} differs from the "
+                                     f"stored {tuple(shape[1:])}")
+                if (dtype == object) != (arr.dtype == object) or (
+                        dtype != object and not np.can_cast(arr.dtype, dtype, casting="same_kind")):
+                    raise TypeError(f"data key {key!r}: dtype {arr.dtype} cannot be stored in the existing "
+                                    f"{dtype} array")
+        for k in (chunks or {}):
+            if k not in arrays:
+                raise KeyError(f"chunks given for {k!r}, which is not in the episode")
+        for k, c in (compressors or {}).items():
+            if k not in arrays:
+                raise KeyError(f"compressor given for {k!r}, which is not in the episode")
+            _resolve_compressor(c)  # an unknown preset is an error even for an existing key
+        layouts = {}
+        for key, arr in arrays.items():
+            if key in existing:
+                continue
+            ck = (chunks or {}).get(key)
+            if ck is not None:
+                check_chunks_compatible(ck, arr.shape, arr.dtype.itemsize)
+                ck = tuple(int(c) for c in ck)
+            else:
+                ck = get_optimal_chunks(arr.shape, arr.dtype if arr.dtype != object else np.dtype("O"))
+            codec = _resolve_compressor((compressors or {}).get(key, "default"))
+            if arr.dtype == object and key not in (compressors or {}):
+                codec = None
+            layouts[key] = (ck, codec)
+        return arrays, length, layouts
+
+    @_serialized
+    def add_episode(self, data: Mapping[str, Any], chunks: dict | None = None,
+                    compressors: dict | None = None) -> None:
+        """Append one episode.
+
+        Args:
+            data: key → array of shape (T, ...) (T ≥ 1, same T for all keys). ``str`` arrays allowed.
+            chunks: chunk shapes for keys new to the buffer (default: ``get_optimal_chunks`` of the
+                episode's shape, the seed's rule).
+            compressors: codecs / preset names for new keys (default: the ``"default"`` preset).
+
+        Raises:
+            ValueError: empty dict, 0-d value, ragged lengths, zero length, keys differing from the
+                buffer's, a step-shape change, a bad key name or chunk value.
+            TypeError: dtype that cannot be stored (see module doc), object arrays not of str.
+            ReadOnlyError: the buffer is read-only.
+        Nothing is written when an error is raised.  Commit: data rows, then ``episode_ends``.
+        """
+        self._require_writable()
+        arrays, length, layouts = self._validate_episode(data, chunks, compressors)
+        s = self._store
+        start, stop = self.n_steps, self.n_steps + length
+        written: list[str] = []
+        try:
+            self._create_arrays(arrays, layouts, n_rows=stop)
+            written.extend(layouts)
+            for key, arr in arrays.items():
+                if key not in layouts:
+                    s.resize("data", key, stop)
+                    written.append(key)
+                s.write("data", key, start, arr)
+        except BaseException:
+            for key in written:  # roll back what this call grew; best effort
+                try:
+                    if key in layouts:
+                        s.delete_array("data", key)
+                    else:
+                        s.resize("data", key, start)
+                except Exception:  # pragma: no cover - the original error matters more
+                    logger.exception("rollback of %s failed", key)
+            raise
+        self._commit_episode_end(stop)
+
+    def _create_arrays(self, arrays: Mapping[str, np.ndarray], layouts: Mapping[str, tuple], n_rows: int) -> None:
+        """Create the data arrays named in ``layouts`` ((chunks, codec) per key) with ``n_rows`` rows."""
+        for key, (ck, codec) in layouts.items():
+            arr = arrays[key]
+            self._store.create_array("data", key, shape=(n_rows,) + arr.shape[1:], dtype=arr.dtype,
+                                     chunks=ck, codec=codec)
+
+    def _persist(self) -> None:
+        """Ask the backend to make the commit survive a kill (optional ``persist`` verb)."""
+        persist = getattr(self._store, "persist", None)
+        if callable(persist):
+            persist()
+
+    def _commit_episode_end(self, end: int) -> None:
+        self._commit_episode_ends(np.array([end], dtype=np.int64))
+
+    def _commit_episode_ends(self, ends: np.ndarray) -> None:
+        """Append ``ends`` (int64, increasing, all data rows already written) to ``meta/episode_ends``:
+        the commit point of every append."""
+        s = self._store
+        k = len(ends)
+        # each step durable before the next (a backend buffering writes may flush them in any
+        # order, and a kill can land mid-flush): the rows, then the ends, then the record
+        self._persist()
+        if self._n_ep + k > self._ends.size:
+            grown = np.empty(max(16, 2 * self._ends.size, self._n_ep + k), dtype=np.int64)
+            grown[: self._n_ep] = self._ends[: self._n_ep]
+            self._ends = grown
+        s.resize("meta", EPISODE_ENDS, self._n_ep + k)
+        s.write("meta", EPISODE_ENDS, self._n_ep, ends)
+        self._ends[self._n_ep: self._n_ep + k] = ends
+        self._n_ep += k
+        self._idx_cache = None
+        self._persist()
+        write_commit_record(s, self._n_ep, int(ends[-1]))  # after the ends: it never claims more
+        self._persist()
+
+    @_serialized
+    def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,
+               max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0) -> EpisodeWriter:
+        """A buffered appender that writes each chunk/shard once (see
+        :class:`replaybuf_core.store.writer.EpisodeWriter` for the arguments); use it as a context manager.
+
+        Raises ReadOnlyError on a read-only buffer; ValueError for a negative ``commit_interval``."""
+        return EpisodeWriter(self, chunks=chunks, compressors=compressors, max_staged_bytes=max_staged_bytes,
+                             commit_interval=commit_interval)
+
+    def extend(self, data: Mapping[str, Any]) -> None:
+        """Append ``data`` as one episode (the seed's alias of :meth:`add_episode`)."""
+        self.add_episode(data)
+
+    @_serialized
+    def drop_episode(self) -> None:
+        """Remove the last episode.  Order: the commit record, then ``episode_ends``, then the data
+        rows, each made durable (``persist``) before the next, so a kill leaves the episode or not.
+
+        Raises:
+            EmptyBufferError (a ValueError and an IndexError): the buffer is empty.
+            ReadOnlyError: read-only buffer.
+        """
+        self._require_writable()
+        if self._n_ep == 0:
+            raise EmptyBufferError("drop_episode on an empty buffer (0 episodes)")
+        from .stored_stats import EditPlan
+
+        plan = EditPlan(self, np.array([self._n_ep - 1]), {})
+        s = self._store
+        new_steps = int(self._ends[self._n_ep - 2]) if self._n_ep > 1 else 0
+        # each step durable before the next overwrites anything (a backend buffering writes may put
+        # a shrink's fill values on disk before its new length): record, then ends, then data
+        write_commit_record(s, self._n_ep - 1, new_steps)  # before the ends: it never claims more
+        self._persist()
+        s.resize("meta", EPISODE_ENDS, self._n_ep - 1)
+        self._n_ep -= 1
+        self._idx_cache = None
+        self._persist()
+        for key in self.keys():
+            s.resize("data", key, new_steps)
+        self._persist()
+        plan.apply()
+
+    @_serialized
+    def pop_episode(self) -> dict[str, np.ndarray]:
+        """Remove the last episode and return it (a copy: key → array (T, ...)).
+
+        Raises:
+            EmptyBufferError (a ValueError and an IndexError): the buffer is empty.
+            ReadOnlyError: read-only buffer.
+        """
+        self._require_writable()
+        if self._n_ep == 0:
+            raise EmptyBufferError("pop_episode on an empty buffer (0 episodes)")
+        episode = self.get_episode(self._n_ep - 1, copy=True)
+        self.drop_episode()
+        return episode

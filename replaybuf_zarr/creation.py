@@ -48,8 +48,8 @@ def _array_plan(key: str, spec: dict[str, Any], image_codec: Any, compressor: An
 
 def _frame_codecs(specs: dict[str, dict[str, Any]], image_codec: Any, frames: Any) -> dict[str, Any]:
     """key → the serializer of each camera-frame spec: ``image_codec`` for all, or each key's choice
-    of ``frames`` (:func:`~replaybuf_core.layout.frame_choice.resolve_frames`; default ``exact``)."""
-    from replaybuf_core.layout.frame_choice import check_frames_fit, resolve_frames
+    of ``frames`` (:func:`~replaybuf_core.layout.frame_choice.choose_frames`; default ``exact``)."""
+    from replaybuf_core.layout.frame_choice import choose_frames
 
     from .frame_choice import zarr_frame_codec
 
@@ -58,9 +58,7 @@ def _frame_codecs(specs: dict[str, dict[str, Any]], image_codec: Any, frames: An
         if frames is not None:
             raise ValueError("give image_codec (one codec object) or frames (choices by name), not both")
         return dict.fromkeys(keys, image_codec)
-    choices = resolve_frames(frames, keys)
-    for key, choice in choices.items():
-        check_frames_fit(key, choice, specs[key]["shape"], np.uint8)
+    choices = choose_frames(frames, {k: (specs[k]["shape"], np.uint8) for k in keys})
     return {k: zarr_frame_codec(c) for k, c in choices.items()}
 
 

@@ -244,3 +244,50 @@ def test_a_frame_libjxl_effort_1_changes_is_still_stored_exactly(tmp_path):
     np.testing.assert_array_equal(a[:][0], frame)
     stored = (tmp_path / "s.zarr/img/c/0/0/0/0").read_bytes()
     np.testing.assert_array_equal(imagecodecs.jpegxl_decode(stored), frame)
+
+
+def _inner_serializer(meta_path: Path) -> dict:
+    """The frame serializer of an array's ``zarr.json``, read as the Zarr v3 spec writes it (inside
+    ``sharding_indexed`` when the array is sharded)."""
+    codecs = json.loads(meta_path.read_text())["codecs"]
+    if codecs[0]["name"] == "sharding_indexed":
+        codecs = codecs[0]["configuration"]["codecs"]
+    return codecs[0]
+
+
+def test_the_episode_writer_records_cameras_in_the_codecs_frames_names(tmp_path, natural):
+    rng = np.random.default_rng(1)
+    store = tmp_path / "rec.zarr"
+    rb = ReplayBuffer.create_empty("zarr", store)
+    eps = [{"front": natural[:8], "wrist": natural[8:, :, :, :1].copy(),
+            "action": rng.random((8, 7)).astype(np.float32)} for _ in range(3)]
+    with rb.writer(frames="front=fast,*=exact") as w:
+        for ep in eps:
+            w.add_episode(ep)
+    front = _inner_serializer(store / "data/front/zarr.json")
+    assert front["name"] == "replaybuf.jpeg" and front["configuration"]["quality"] == 95
+    assert _inner_serializer(store / "data/wrist/zarr.json")["name"] == "replaybuf.jpegxl"
+    assert _inner_serializer(store / "data/action/zarr.json")["name"] == "bytes"  # numbers stay Blosc
+    again = zarr.open_group(store, mode="r")  # plain zarr reads what the writer wrote
+    np.testing.assert_array_equal(again["data/wrist"][:], np.concatenate([e["wrist"] for e in eps]))
+    assert psnr(again["data/front"][:], np.concatenate([e["front"] for e in eps])) >= 40
+    np.testing.assert_array_equal(again["data/action"][:], np.concatenate([e["action"] for e in eps]))
+
+
+def test_frames_on_add_episode_is_refused_before_anything_is_written(tmp_path, natural):
+    from replaybuf_core.errors import CapabilityError
+
+    ep = {"front": natural[:4], "action": np.zeros((4, 2), np.float32)}
+    rb = ReplayBuffer.create_empty("zarr", tmp_path / "s.zarr")
+    for frames, compressors, match in [("action=fast", None, "not camera-frame keys"),
+                                       ("front=jpeg:101", None, "quality"),
+                                       ({"front": "fast"}, {"front": "disk"}, "both name")]:
+        with pytest.raises(ValueError, match=match):
+            rb.add_episode(ep, frames=frames, compressors=compressors)
+        assert rb.keys() == [] and rb.n_episodes == 0
+    with pytest.raises(ValueError, match="unknown frame codec"):
+        rb.writer(frames="front=h265")
+    rb.add_episode(ep, frames="fast")
+    assert rb.get_compressors()["front"] == JpegCodec(quality=95, subsampling="444")
+    with pytest.raises(CapabilityError, match="no frame codecs"):
+        ReplayBuffer.create_empty("numpy").add_episode(ep, frames="exact")

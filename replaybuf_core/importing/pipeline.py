@@ -37,7 +37,7 @@ import numpy as np
 from replaybuf_core import registry
 from replaybuf_core.cluster.copy import check_client, check_cluster_destination
 from replaybuf_core.layout.codec_names import describe_codec
-from replaybuf_core.layout.frame_choice import FrameChoice, check_frames_fit, resolve_frames
+from replaybuf_core.layout.frame_choice import FrameChoice, choose_frames
 from replaybuf_core.layout.schema import is_frame_shape
 from replaybuf_core.source import Source
 from replaybuf_core.store.buffer import ReplayBuffer
@@ -301,11 +301,9 @@ def import_source(
 def _frame_choices(source: Source, keys: list[str], frames: Any) -> dict[str, FrameChoice]:
     """key → FrameChoice for every key of ``keys`` the source gives as camera frames (checked: JPEG on
     RGBA is refused before anything is written)."""
-    cameras = [k for k in keys if source.keys[k].kind == "frames" and is_frame_shape((0,) + source.keys[k].shape)]
-    choices = resolve_frames(frames, cameras)
-    for k, c in choices.items():
-        check_frames_fit(k, c, (0,) + source.keys[k].shape, np.uint8)
-    return choices
+    cameras = {k: ((0,) + source.keys[k].shape, np.uint8) for k in keys
+               if source.keys[k].kind == "frames" and is_frame_shape((0,) + source.keys[k].shape)}
+    return choose_frames(frames, cameras)
 
 
 def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int], chosen: list[int],

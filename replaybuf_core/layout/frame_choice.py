@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["FRAMES_HELP", "FrameChoice", "TIERS", "parse_frame_choice", "parse_frames", "resolve_frames", "check_frames_fit"]
+__all__ = ["FRAMES_HELP", "FrameChoice", "TIERS", "parse_frame_choice", "parse_frames", "resolve_frames", "check_frames_fit",
+           "choose_frames"]
 
 #: the two tiers, by name → the codec each means (what ``exact`` and ``fast`` resolve to)
 TIERS = {"exact": "jpegxl:1", "fast": "jpeg:95"}
@@ -153,11 +154,7 @@ def resolve_frames(frames: Any, frame_keys: Sequence[str], *, default: Any = DEF
             :func:`parse_frames` raises.
     """
     parsed = parse_frames(frames) if frames is not None else {}
-    unknown = [k for k in parsed if k != "*" and k not in frame_keys]
-    if unknown:
-        raise ValueError(f"frames: {unknown} are not camera-frame keys here; the frame keys are {list(frame_keys)}")
-    rest = parsed.get("*", parse_frame_choice(default))
-    return {k: parsed.get(k, rest) for k in frame_keys}
+    return _match(parsed, list(frame_keys), default, named_only=False)
 
 
 def check_frames_fit(key: str, choice: FrameChoice, shape: Sequence[int], dtype: Any) -> None:
@@ -176,3 +173,36 @@ def check_frames_fit(key: str, choice: FrameChoice, shape: Sequence[int], dtype:
     if choice.codec == "jpeg" and channels == 4:
         raise ValueError(f"frames: {key!r} has 4 channels (RGBA); JPEG holds gray or RGB only — choose "
                          "'exact', 'jpegxl' or 'webp:Q' for it")
+
+
+def choose_frames(frames: Any, cameras: Mapping[str, tuple[Sequence[int], Any]], *, named_only: bool = False,
+                  default: Any = DEFAULT) -> dict[str, FrameChoice]:
+    """``{camera key: FrameChoice}``, each checked against its frames: :func:`resolve_frames` and
+    :func:`check_frames_fit` in one, for every writer of frames (import, schema creation, rechunk,
+    the episode writer).
+
+    Args:
+        frames: as :func:`parse_frames` (None: ``default`` for every camera).
+        cameras: key → (shape with steps first, dtype) of every camera-frame key there is (the keys
+            ``frames`` may name).
+        named_only: return only the keys ``frames`` names (every camera when it has ``"*"`` or is one
+            choice): ``rechunk --frames 'wrist=fast'`` leaves the other cameras as they are.
+
+    Raises:
+        ValueError / TypeError: what :func:`resolve_frames` and :func:`check_frames_fit` raise —
+            before anything is written.
+    """
+    parsed = parse_frames(frames) if frames is not None else {}
+    choices = _match(parsed, list(cameras), default, named_only=named_only)
+    for key, choice in choices.items():
+        shape, dtype = cameras[key]
+        check_frames_fit(key, choice, shape, dtype)
+    return choices
+
+
+def _match(parsed: Mapping[str, FrameChoice], keys: list[str], default: Any, *, named_only: bool) -> dict[str, FrameChoice]:
+    unknown = [k for k in parsed if k != "*" and k not in keys]
+    if unknown:
+        raise ValueError(f"frames: {unknown} are not camera-frame keys here; the frame keys are {keys}")
+    rest = parsed.get("*", parse_frame_choice(default))
+    return {k: parsed.get(k, rest) for k in keys if not named_only or "*" in parsed or k in parsed}

@@ -15,6 +15,7 @@ from replaybuf_core.errors import EmptyBufferError
 from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
 from replaybuf_core.layout.keys import check_key
+from replaybuf_core.protocol import CAP_SHARDS
 
 from .buffer_checks import _as_episode_array, _serialized
 from .commit import EPISODE_ENDS, write_commit_record
@@ -26,7 +27,7 @@ logger = logging.getLogger("replaybuf_core.store.buffer")
 class EpisodeAppending:
     """``ReplayBuffer``'s append and drop methods (see the class docstring there)."""
 
-    def _validate_episode(self, data: Mapping[str, Any], chunks, compressors):
+    def _validate_episode(self, data: Mapping[str, Any], chunks, compressors, frames: Any = None):
         if not isinstance(data, Mapping):
             raise TypeError(f"an episode must be a dict of arrays, got {type(data).__name__}")
         if len(data) == 0:
@@ -68,9 +69,13 @@ class EpisodeAppending:
             if k not in arrays:
                 raise KeyError(f"compressor given for {k!r}, which is not in the episode")
             _resolve_compressor(c)  # an unknown preset is an error even for an existing key
+        new_frames = self._frame_layouts(arrays, existing, chunks, compressors, frames)
         layouts = {}
         for key, arr in arrays.items():
             if key in existing:
+                continue
+            if key in new_frames:
+                layouts[key] = new_frames[key]
                 continue
             ck = (chunks or {}).get(key)
             if ck is not None:
@@ -81,12 +86,51 @@ class EpisodeAppending:
             codec = _resolve_compressor((compressors or {}).get(key, "default"))
             if arr.dtype == object and key not in (compressors or {}):
                 codec = None
-            layouts[key] = (ck, codec)
+            layouts[key] = (ck, codec, None)
         return arrays, length, layouts
+
+    def _frame_layouts(self, arrays: Mapping[str, np.ndarray], existing: list[str], chunks, compressors,
+                       frames: Any) -> dict[str, tuple]:
+        """key → (chunks, frame codec, shards) of the camera keys new to the buffer that ``frames``
+        covers (:func:`~replaybuf_core.layout.frame_choice.choose_frames`); {} when ``frames`` is None.
+        A key named both in ``frames`` and ``compressors`` is a ValueError; an explicit compressor
+        wins over a bare / ``"*"`` choice."""
+        if frames is None:
+            return {}
+        from replaybuf_core.layout.frame_choice import choose_frames, parse_frames
+        from replaybuf_core.layout.frames import is_frames
+        from replaybuf_core.layout.sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape
+
+        cameras = {k: (a.shape, a.dtype) for k, a in arrays.items() if a.dtype != object and is_frames(a.shape, a.dtype)}
+        named = [k for k in parse_frames(frames) if k != "*"]
+        both = sorted(set(named) & set(compressors or {}))
+        if both:
+            raise ValueError(f"frames and compressors both name {both}: give each key one of them")
+        choices = choose_frames(frames, cameras)
+        choices = {k: c for k, c in choices.items() if k not in existing and k not in (compressors or {})}
+        if not choices:
+            return {}
+        make = getattr(self._store, "image_codec", None)
+        if make is None:
+            from replaybuf_core.errors import CapabilityError
+
+            raise CapabilityError(f"frames: the {self.backend!r} backend has no frame codecs (image_codec); "
+                                  f"store {sorted(choices)} with compressors instead")
+        out = {}
+        for key, choice in choices.items():
+            ck = (1,) + tuple(int(s) for s in arrays[key].shape[1:])
+            given = (chunks or {}).get(key)
+            if given is not None and tuple(int(c) for c in given) != ck:
+                raise ValueError(f"data key {key!r}: a frame codec stores one frame a chunk, chunks must be {ck}, "
+                                 f"got {tuple(given)}")
+            shards = (get_image_shard_shape(ck, DEFAULT_IMAGE_FRAMES_PER_SHARD)
+                      if CAP_SHARDS in self._store.capabilities else None)
+            out[key] = (ck, make(choice), shards)
+        return out
 
     @_serialized
     def add_episode(self, data: Mapping[str, Any], chunks: dict | None = None,
-                    compressors: dict | None = None) -> None:
+                    compressors: dict | None = None, frames: Any = None) -> None:
         """Append one episode.
 
         Args:
@@ -94,16 +138,24 @@ class EpisodeAppending:
             chunks: chunk shapes for keys new to the buffer (default: ``get_optimal_chunks`` of the
                 episode's shape, the seed's rule).
             compressors: codecs / preset names for new keys (default: the ``"default"`` preset).
+            frames: frame codecs for camera keys new to the buffer (uint8 ``(T, H, W, C)``, C in 1, 3,
+                4): ``"exact"``, ``"fast"``, ``"jpeg:90"``, ``"KEY=CHOICE,...,*=CHOICE"`` or a mapping
+                (:mod:`replaybuf_core.layout.frame_choice`); each such key is stored one frame a chunk
+                (in shards of 256 frames where the backend shards).  None (the default) keeps the
+                seed's rule: camera keys get ``compressors`` like any other key (Blosc).
 
         Raises:
             ValueError: empty dict, 0-d value, ragged lengths, zero length, keys differing from the
-                buffer's, a step-shape change, a bad key name or chunk value.
+                buffer's, a step-shape change, a bad key name or chunk value; ``frames`` naming a key
+                that is not camera frames, an unknown codec, JPEG on RGBA, a key in both ``frames``
+                and ``compressors``, chunks other than one frame for a frame codec.
+            CapabilityError: ``frames`` on a backend without frame codecs (numpy).
             TypeError: dtype that cannot be stored (see module doc), object arrays not of str.
             ReadOnlyError: the buffer is read-only.
         Nothing is written when an error is raised.  Commit: data rows, then ``episode_ends``.
         """
         self._require_writable()
-        arrays, length, layouts = self._validate_episode(data, chunks, compressors)
+        arrays, length, layouts = self._validate_episode(data, chunks, compressors, frames)
         s = self._store
         start, stop = self.n_steps, self.n_steps + length
         written: list[str] = []
@@ -128,11 +180,11 @@ class EpisodeAppending:
         self._commit_episode_end(stop)
 
     def _create_arrays(self, arrays: Mapping[str, np.ndarray], layouts: Mapping[str, tuple], n_rows: int) -> None:
-        """Create the data arrays named in ``layouts`` ((chunks, codec) per key) with ``n_rows`` rows."""
-        for key, (ck, codec) in layouts.items():
+        """Create the data arrays named in ``layouts`` ((chunks, codec, shards) per key) with ``n_rows`` rows."""
+        for key, (ck, codec, shards) in layouts.items():
             arr = arrays[key]
             self._store.create_array("data", key, shape=(n_rows,) + arr.shape[1:], dtype=arr.dtype,
-                                     chunks=ck, codec=codec)
+                                     chunks=ck, codec=codec, **({"shards": shards} if shards else {}))
 
     def _persist(self) -> None:
         """Ask the backend to make the commit survive a kill (optional ``persist`` verb)."""
@@ -166,13 +218,14 @@ class EpisodeAppending:
 
     @_serialized
     def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,
-               max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0) -> EpisodeWriter:
+               max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0,
+               frames: Any = None) -> EpisodeWriter:
         """A buffered appender that writes each chunk/shard once (see
         :class:`replaybuf_core.store.writer.EpisodeWriter` for the arguments); use it as a context manager.
 
         Raises ReadOnlyError on a read-only buffer; ValueError for a negative ``commit_interval``."""
         return EpisodeWriter(self, chunks=chunks, compressors=compressors, max_staged_bytes=max_staged_bytes,
-                             commit_interval=commit_interval)
+                             commit_interval=commit_interval, frames=frames)
 
     def extend(self, data: Mapping[str, Any]) -> None:
         """Append ``data`` as one episode (the seed's alias of :meth:`add_episode`)."""

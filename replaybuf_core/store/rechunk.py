@@ -83,19 +83,14 @@ class ChunkCodecEditing:
         (every one for a bare choice; see :meth:`set_frames`), checked, nothing changed.
 
         Raises ValueError (unknown codec or key, JPEG on RGBA), CapabilityError (no ``image_codec``)."""
-        from replaybuf_core.layout.frame_choice import check_frames_fit, parse_frames, resolve_frames
+        from replaybuf_core.layout.frame_choice import choose_frames
         from replaybuf_core.layout.frames import frame_keys
 
         make = getattr(self._store, "image_codec", None)
         if make is None:
             raise CapabilityError(f"frames: the {self.backend!r} backend has no frame codecs")
-        parsed = parse_frames(frames)
-        cameras = frame_keys(self)
-        named = cameras if "*" in parsed else [k for k in parsed if k in cameras]
-        resolved = resolve_frames(frames, cameras)
-        choices = {k: resolved[k] for k in named}
-        for key, choice in choices.items():
-            check_frames_fit(key, choice, self._store.shape("data", key), self._store.dtype("data", key))
+        cameras = {k: (self._store.shape("data", k), self._store.dtype("data", k)) for k in frame_keys(self)}
+        choices = choose_frames(frames, cameras, named_only=True)
         return choices, {k: make(c) for k, c in choices.items()}
 
     def set_frames(self, frames: Any, client: Any = None) -> dict[str, str]:

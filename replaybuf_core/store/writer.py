@@ -40,7 +40,9 @@ class EpisodeWriter:
 
     Args:
         buffer: a writable :class:`~replaybuf_core.ReplayBuffer`.
-        chunks / compressors: as in ``add_episode``, for keys new to the buffer.
+        chunks / compressors / frames: as in ``add_episode``, for keys new to the buffer (``frames``:
+            camera keys stored with a frame codec, e.g. ``frames="fast"`` to record JPEG q95 at a
+            few ms a frame; checked when the first episode arrives).
         max_staged_bytes: when staged rows exceed this (bytes, default 256 MiB), everything staged is
             written even if it ends inside a stored object (bounds memory for huge chunks).
         commit_interval: seconds (default 1.0) between two commits while episodes stream in.  Each
@@ -65,13 +67,18 @@ class EpisodeWriter:
     """
 
     def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
-                 max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0):
+                 max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0, frames: Any = None):
         buffer._require_writable()  # also refuses a second writer on the same buffer
         if not commit_interval >= 0:
             raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
         self._rb = buffer
         self._chunks = dict(chunks or {})
         self._compressors = dict(compressors or {})
+        if frames is not None:
+            from replaybuf_core.layout.frame_choice import parse_frames
+
+            parse_frames(frames)  # a codec name that does not parse is refused now, not at the first episode
+        self._frames = frames
         self._max_staged = int(max_staged_bytes)
         self._pending: dict[str, list[np.ndarray]] = {}
         self._written: dict[str, int] = {}  # rows on storage per key (buffer.n_steps + flushed)
@@ -149,9 +156,9 @@ class EpisodeWriter:
         rb = self._rb
         if not self._written and not rb.keys():
             # the first episode of an empty buffer creates the arrays (through the buffer's rules)
-            arrays, length, layouts = rb._validate_episode(data, self._chunks, self._compressors)
+            arrays, length, layouts = rb._validate_episode(data, self._chunks, self._compressors, self._frames)
             rb._create_arrays(arrays, layouts, n_rows=0)
-        arrays, length, _ = rb._validate_episode(data, None, None)
+        arrays, length, _ = rb._validate_episode(data, None, None, self._frames)
         if self._ends:
             self._check_keys(arrays)
         if not self._written:

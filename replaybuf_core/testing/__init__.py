@@ -51,6 +51,7 @@ from .refusal_conformance import ReadOnlyConformance, ValidateBeforeMutateConfor
 from .stateful import make_state_machine, run_state_machine
 
 __all__ = [
+    "CrashConformance",
     "BackendHarness",
     "BufferConformance",
     "EditConformance",

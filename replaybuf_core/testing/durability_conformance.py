@@ -12,7 +12,6 @@ import pytest
 from hypothesis import settings
 
 from . import crash
-from .harness import BackendHarness
 from .stateful import DEFAULT_SETTINGS, run_state_machine
 
 

@@ -1,7 +1,8 @@
 """Entry point: ``python -m benchmarks [--smoke]`` — one table of medians and ratios from one run.
 
 Sections: sampling, training throughput, in-place edits, statistics, ingest, imports on Dask, object
-storage, step→episode index, bytes on disk, LeRobot import, frame codecs on natural frames (see each module's docstring).
+storage, step→episode index, bytes on disk, LeRobot import, frame codecs on natural frames, training reads on natural frames against a
+LeRobot-style video reader (see each module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
 imports all of Push-T (206 episodes, 25,650 frames) and a two-camera 480x640 LeRobot dataset, about eight
 minutes on 2 cores.
@@ -23,6 +24,7 @@ from . import (
     index_bench,
     ingest_bench,
     lerobot_bench,
+    natural_training_bench,
     object_bench,
     sampling_bench,
     stats_bench,
@@ -70,6 +72,7 @@ def main(argv=None) -> int:
         index_bench.run(table, args.smoke)
         lerobot_bench.run(table, tmp, args.smoke)
         frames_bench.run(table, args.smoke)
+        natural_training_bench.run(table, tmp, args.smoke)
     print(table.render())
     print(f"\n(total {time.perf_counter() - t0:.0f} s; medians; ratios measured side by side in this run)")
     return 0

@@ -45,8 +45,8 @@ class _BatchedDataset(LazyStore, torch.utils.data.Dataset):
             self.image_keys = image_keys_of(s.buffer, s.keys)
         return self.image_keys
 
-    def _finish(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-        convert_images(arrays, self._images(), self.channels_first, self.float_images)
+    def _finish(self, arrays: dict[str, np.ndarray], shared: bool = False) -> dict[str, Any]:
+        convert_images(arrays, self._images(), self.channels_first, self.float_images, shared=shared)
         return to_torch(arrays)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
@@ -58,7 +58,8 @@ class _BatchedDataset(LazyStore, torch.utils.data.Dataset):
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         """Samples ``indices`` read with one ``sample_batch``, as a :class:`Batch` (used by DataLoader)."""
         idx = np.asarray(list(indices), dtype=np.int64)
-        return Batch(self._finish(self.sampler.sample_batch(idx)), len(idx))
+        in_worker = torch.utils.data.get_worker_info() is not None  # a worker's batch goes to shared memory
+        return Batch(self._finish(self.sampler.sample_batch(idx), shared=in_worker), len(idx))
 
 
 class SequenceDataset(_BatchedDataset):

@@ -24,6 +24,7 @@ Optional methods, called only when present (``getattr(store, name, None)``):
 ``codecs_equal(a, b) -> bool``        ``set_compressors`` skips arrays already using the codec
 ``cache_bytes`` (property, settable)  size of a cache of decoded chunks (``ReplayBuffer.cache_bytes``)
 ``pin(group, name) -> bool``          load an array wholly into memory (``ReplayBuffer.warm``)
+``pinned(group, name) -> ndarray | None``  the read-only copy ``pin`` made (``rb[key]`` then indexes it)
 ``read_rows(group, name, rows, out)``  gather arbitrary rows (int array of any shape) into ``out``
                                       (shape ``rows.shape + step shape``); else :func:`read_rows_via_ranges`
 ``read_rows_async(group, name, rows, out)``  start that gather; returns an object whose ``result()``

@@ -117,6 +117,12 @@ class ZarrBackend:
         reader.pin()
         return True
 
+    def pinned(self, group: str, name: str) -> np.ndarray | None:
+        """Optional protocol method: the in-memory copy :meth:`pin` made of ``group/name`` (read-only),
+        or None when the array is not pinned."""
+        reader = self._readers.get((group, name))
+        return None if reader is None else reader.pinned
+
     def _invalidate(self, group: str, name: str) -> None:
         self._settle((group, name))
         self._listing.pop(group, None)

@@ -222,6 +222,11 @@ class ChunkReader:
         pinned.flags.writeable = False
         self._pinned = pinned
 
+    @property
+    def pinned(self) -> np.ndarray | None:
+        """The read-only in-memory copy :meth:`pin` made, None when not pinned (or forgotten since)."""
+        return self._pinned
+
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` (``0 <= start <= stop <= shape[0]``) as a new ndarray."""
         if self._pinned is not None:

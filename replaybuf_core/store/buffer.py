@@ -328,10 +328,21 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         return [(k, self._store.get_array("data", k)) for k in self.keys()]
 
     def __getitem__(self, key: str) -> Any:
-        """The native data array of ``key``. Raises KeyError naming the key."""
+        """Data key ``key`` as an array that slices like NumPy (``rb[key][a:b]``, ``rb[key][rows]``):
+        a :class:`~replaybuf_core.store.step_array.StepArray` reading through the backend's fast path
+        (its ``.native`` is the backend's own array), or the backend's ``np.ndarray`` itself for
+        in-memory backends.  ``rb["data"]`` (when no key is named so) is the mapping of them all,
+        as diffusion_policy's ``rb["data"][key]`` expects.  Raises KeyError naming the key."""
         if not self._store.has_array("data", key):
+            if key == "data":
+                return {k: self[k] for k in self.keys()}
             raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
-        return self._store.get_array("data", key)
+        native = self._store.get_array("data", key)
+        if isinstance(native, np.ndarray):
+            return native
+        from .step_array import StepArray
+
+        return StepArray(self, key)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._store.has_array("data", key)

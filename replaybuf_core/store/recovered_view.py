@@ -185,3 +185,9 @@ class RecoveredView:
     def pin(self, group: str, name: str) -> bool:
         pin = getattr(self._inner, "pin", None)
         return bool(pin(group, self._name(group, name))) if pin is not None else False
+
+    def pinned(self, group: str, name: str) -> np.ndarray | None:
+        pinned = getattr(self._inner, "pinned", None)
+        memory = pinned(group, self._name(group, name)) if pinned is not None else None
+        n = self._limits.get((group, name))
+        return memory if memory is None or n is None else memory[:n]

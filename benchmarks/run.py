@@ -1,6 +1,6 @@
 """Entry point: ``python -m benchmarks [--smoke]`` — one table of medians and ratios from one run.
 
-Sections: sampling, training throughput, in-place edits, statistics, ingest, imports on Dask, object
+Sections: sampling, training throughput, diffusion_policy's dataset code on our store, in-place edits, statistics, ingest, imports on Dask, object
 storage, step→episode index, bytes on disk, LeRobot import, frame codecs on natural frames, training reads on natural frames against a
 LeRobot-style video reader (see each module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
@@ -18,6 +18,7 @@ from pathlib import Path
 import zarr
 
 from . import (
+    client_bench,
     distributed_bench,
     edit_bench,
     frames_bench,
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
         distributed_bench.run(table, src, tmp, args.smoke)
         sampling_bench.run(table, dst, args.smoke)
         training_bench.run(table, dst, tmp, args.smoke)
+        client_bench.run(table, src, dst, args.smoke)
         edit_bench.run(table, dst, tmp, args.smoke)
         stats_bench.run(table, dst, args.smoke)
         object_bench.run(table, dst, tmp, args.smoke, src=src)

@@ -291,3 +291,22 @@ def test_frames_on_add_episode_is_refused_before_anything_is_written(tmp_path, n
     assert rb.get_compressors()["front"] == JpegCodec(quality=95, subsampling="444")
     with pytest.raises(CapabilityError, match="no frame codecs"):
         ReplayBuffer.create_empty("numpy").add_episode(ep, frames="exact")
+
+
+def test_the_import_report_suggests_webp_for_flat_frames_only(natural):
+    from replaybuf_core.importing.report import KeyReport, _flat_frames_hint
+    from replaybuf_zarr.frame_choice import zarr_frame_codec
+
+    exact = zarr_frame_codec(parse_frame_choice("exact"))
+    sizes = {}
+    for name, frames in (("natural", natural[:4]), ("flat", np.full((4, 96, 96, 3), 200, np.uint8))):
+        if name == "flat":
+            frames[:, 30:60, 20:70] = (20, 90, 200)  # a rendered scene: a few flat shapes
+        sizes[name] = np.mean([len(exact.encode_frame(f[None])) for f in frames])
+        r = KeyReport(name, frames.shape, "uint8", "uint8", exact.to_dict()["name"] + "(effort=1)", (1,) + frames.shape[1:],
+                      None, bytes_per_frame=sizes[name])
+        hint = _flat_frames_hint(r)
+        assert (hint is not None) == (name == "flat"), (name, sizes[name])
+    assert "--frames webp" in _flat_frames_hint(KeyReport("f", (4, 96, 96, 3), "uint8", "uint8",
+                                                          "replaybuf.jpegxl(effort=1)", (1, 96, 96, 3), None,
+                                                          bytes_per_frame=sizes["flat"]))

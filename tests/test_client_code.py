@@ -45,8 +45,10 @@ def test_diffusion_policy_dataset_code_reads_an_imported_store_like_its_own_buff
         for key in KEYS:
             np.testing.assert_array_equal(a[key][:2] if key in ("img", "state") else a[key],
                                           b[key][:2] if key in ("img", "state") else b[key], err_msg=f"{key} {idx}")
+        assert a["img"].dtype == b["img"].dtype == np.float32  # the source's dtype, not the stored uint8
         da, db = pusht_sample_to_data(a), pusht_sample_to_data(b)
-        np.testing.assert_allclose(da["obs"]["image"][:2], db["obs"]["image"][:2], rtol=1e-6)
+        assert da["obs"]["image"].dtype == np.float32  # uint8 / 255 would be float64: its model refuses that
+        np.testing.assert_array_equal(da["obs"]["image"][:2], db["obs"]["image"][:2])
         np.testing.assert_array_equal(da["action"], db["action"])
 
 

@@ -17,6 +17,9 @@ def is_frames(shape: Sequence[int], dtype: Any) -> bool:
 
 
 def frame_keys(buffer: Any, keys: Sequence[str] | None = None) -> list[str]:
-    """The frame keys among ``keys`` (default every data key) of ``buffer``, in order."""
+    """The frame keys among ``keys`` (default every data key) of ``buffer``, in order — by the dtype
+    each is stored in (``buffer.dtype_of(key, "stored")`` where the buffer has it: an imported float
+    source's frames are stored, and count, as uint8 frames)."""
     keys = list(buffer.keys()) if keys is None else list(keys)
-    return [k for k in keys if is_frames(tuple(buffer[k].shape), buffer[k].dtype)]
+    of = getattr(buffer, "dtype_of", None)
+    return [k for k in keys if is_frames(tuple(buffer[k].shape), of(k, "stored") if callable(of) else buffer[k].dtype)]

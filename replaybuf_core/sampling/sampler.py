@@ -99,6 +99,29 @@ def downsample_mask(mask, max_n: int | None, seed: int = 0) -> np.ndarray:
     return out
 
 
+class _Like:
+    """``shape`` and ``dtype`` of a data array, read in another dtype than ``buffer[key]`` gives."""
+
+    def __init__(self, arr, dtype: np.dtype):
+        self._arr, self.shape, self.dtype = arr, tuple(arr.shape), np.dtype(dtype)
+
+    def __getitem__(self, index):
+        return np.asarray(self._arr[index])
+
+
+def array_like(buffer, key: str, dtypes: str):
+    """``buffer[key]``, or for ``dtypes="stored"`` an object of its shape and stored dtype (a
+    :class:`~replaybuf_core.ReplayBuffer` reads an imported key in its source dtype otherwise:
+    :mod:`replaybuf_core.store.buffer_dtypes`).  The samplers allocate their output by it."""
+    arr = buffer[key]
+    of = getattr(buffer, "dtype_of", None)
+    if dtypes == "stored" and callable(of):
+        stored = np.dtype(of(key, "stored"))
+        if stored != arr.dtype:
+            return _Like(arr, stored)
+    return arr
+
+
 def _sample_dtype(dtype) -> np.dtype:
     """The dtype of sampled arrays: strings (zarr's ``StringDType`` / fixed-width) come out as
     ``object`` arrays of ``str``, as every backend's reads return them."""
@@ -206,6 +229,9 @@ class SequenceSampler:
         window_index: a :class:`WindowIndex` built for the same buffer and arguments (e.g. another
             sampler's :attr:`window_index`, or one a DataLoader's main process sent its workers);
             default: built here, in O(episodes).
+        dtypes: ``"source"`` (default: keys an import stored in another dtype come back in the
+            source's, e.g. Push-T's float32 ``img`` — :mod:`replaybuf_core.store.buffer_dtypes`) or
+            ``"stored"`` (as stored: uint8 frames, a quarter of the bytes).
 
     Windows are numbered through :attr:`window_index` (memory and build time O(episodes)); the
     diffusion_policy table :attr:`indices` (32 bytes per window) is built only when asked for.
@@ -229,8 +255,11 @@ class SequenceSampler:
         skip_initial: int = 0,
         pad_mode: str = "edge",
         window_index: WindowIndex | None = None,
+        dtypes: str = "source",
     ):
         buffer = replay_buffer
+        if dtypes not in ("source", "stored"):
+            raise ValueError(f"dtypes must be 'source' or 'stored', got {dtypes!r}")
         if pad_mode not in _PAD_MODES:
             raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
         ends, sequence_length, mask, pad_before, pad_after, skip_initial = validate_index_args(
@@ -269,6 +298,7 @@ class SequenceSampler:
         self.keys: list[str] = keys
         self.key_first_k: dict[str, int] = first_k
         self.pad_mode = pad_mode
+        self.dtypes = dtypes
         self._has_read_ranges = callable(getattr(buffer, "read_ranges", None))
         self._has_read_rows = callable(getattr(buffer, "read_rows", None))
         self._has_read_rows_async = callable(getattr(buffer, "read_rows_async", None))
@@ -400,7 +430,7 @@ class SequenceSampler:
         bs, be, ss, se = (int(x) for x in self.window_rows([i])[0])
         result: dict[str, np.ndarray] = {}
         for key in self.keys:
-            arr = self.buffer[key]
+            arr = array_like(self.buffer, key, self.dtypes)
             k = self.key_first_k.get(key, self.sequence_length)
             n_read = self._n_read_one(k, bs, be, ss, se)
             chunk = None
@@ -473,7 +503,7 @@ class SequenceSampler:
         starts = rows[:, 0]
         finish = {}
         for key in self.keys:  # start every key's read (thread-pool helpers decode meanwhile) ...
-            arr = self.buffer[key]
+            arr = array_like(self.buffer, key, self.dtypes)
             n_read = self._rows_to_read(key, rows)
             sel = n_read > 0
             chunks: list | None = None

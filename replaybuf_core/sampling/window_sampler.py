@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from replaybuf_core.sampling.sampler import _pad_value, _sample_dtype
+from replaybuf_core.sampling.sampler import _pad_value, _sample_dtype, array_like
 from replaybuf_core.sampling.sampler_indices import _check_int, validate_index_args
 from replaybuf_core.sampling.window_index import MAX_OFFSET, WindowIndex
 
@@ -132,6 +132,9 @@ class WindowSampler:
         episode_mask: bool (n_episodes,); False episodes give no sample (LeRobot's ``episodes``).
         window_index: a :class:`WindowIndex` built for the same buffer and arguments (e.g. sent
             from a DataLoader's main process); default: built here.
+        dtypes: ``"source"`` (default: keys an import stored in another dtype come back in the
+            source's, e.g. Push-T's float32 ``img`` — :mod:`replaybuf_core.store.buffer_dtypes`) or
+            ``"stored"`` (as stored: uint8 frames, a quarter of the bytes).
 
     Raises:
         TypeError, ValueError: malformed offsets, both or neither of ``delta_steps`` /
@@ -145,7 +148,10 @@ class WindowSampler:
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, fps: float | None = None,
                  tolerance_s: float = 1e-4, keys: Sequence[str] | None = None,
                  pad_before: int | None = None, pad_after: int | None = None, pad_mode: str = "edge",
-                 episode_mask=None, window_index: WindowIndex | None = None):
+                 episode_mask=None, window_index: WindowIndex | None = None, dtypes: str = "source"):
+        if dtypes not in ("source", "stored"):
+            raise ValueError(f"dtypes must be 'source' or 'stored', got {dtypes!r}")
+        self.dtypes = dtypes
         if (delta_steps is None) == (delta_timestamps is None):
             raise TypeError("give delta_steps (offsets in steps) or delta_timestamps (seconds), exactly one")
         if pad_mode not in ("edge", "zero"):
@@ -240,7 +246,7 @@ class WindowSampler:
         last = wi.episode_length[episode][:, None] - 1
         pending, result = [], {}
         for key in self.keys:
-            arr = self.buffer[key]
+            arr = array_like(self.buffer, key, self.dtypes)
             d = self.delta_steps.get(key)
             rel = t[:, None] + (d[None, :] if d is not None else np.zeros((1, 1), np.int64))
             pad = (rel < 0) | (rel > last)

@@ -224,13 +224,21 @@ def plan_blocks(buffer: Any, keys: Sequence[str], first: int, stop: int) -> tupl
     out, jobs = {}, []
     for key in keys:
         arr = buffer[key]
-        summary = KeySummary.for_array(arr.dtype, tuple(arr.shape))
+        summary = KeySummary.for_array(stored_dtype(buffer, key, arr), tuple(arr.shape))
         summary.lengths = lengths.copy()
         out[key] = summary
         row_values = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)))
         per = max(1, BLOCK_BYTES // (row_values * (1 if summary.kind == FRAMES else 8)))
         jobs += [(key, block) for block in _blocks(lengths, row0, per)]
     return out, jobs
+
+
+def stored_dtype(buffer: Any, key: str, arr: Any) -> np.dtype:
+    """The dtype ``key`` is stored in — what statistics summarise (frames stored as uint8 count as
+    frames even when reads return their source's float dtype): ``buffer.dtype_of(key, "stored")``
+    for a :class:`~replaybuf_core.ReplayBuffer`, else ``arr.dtype``."""
+    of = getattr(buffer, "dtype_of", None)
+    return np.dtype(of(key, "stored")) if callable(of) else np.dtype(arr.dtype)
 
 
 def summarize_blocks(buffer: Any, jobs: list, out: dict[str, KeySummary]) -> dict[str, list]:

@@ -35,6 +35,7 @@ from replaybuf_core.protocol import CAP_CHUNKS, StorageBackend
 
 from .buffer_appending import EpisodeAppending
 from .buffer_checks import _serialized
+from .buffer_dtypes import SourceDtypes
 from .buffer_copying import StoreCopying
 from .buffer_editing import EpisodeEditing
 from .buffer_reading import StepReading
@@ -53,7 +54,8 @@ EPISODE_ENDS_CHUNK = 4096
 
 
 
-class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, ChunkCodecEditing, EpisodeEditing):
+class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, ChunkCodecEditing, EpisodeEditing,
+                   SourceDtypes):
     """An episodic replay buffer on a storage backend (zarr, numpy, or an installed plugin).
 
     Args:
@@ -332,13 +334,15 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         a :class:`~replaybuf_core.store.step_array.StepArray` reading through the backend's fast path
         (its ``.native`` is the backend's own array), or the backend's ``np.ndarray`` itself for
         in-memory backends.  ``rb["data"]`` (when no key is named so) is the mapping of them all,
-        as diffusion_policy's ``rb["data"][key]`` expects.  Raises KeyError naming the key."""
+        as diffusion_policy's ``rb["data"][key]`` expects.  A key an import stored in another dtype
+        than its source's reads in the source's (:mod:`replaybuf_core.store.buffer_dtypes`).
+        Raises KeyError naming the key."""
         if not self._store.has_array("data", key):
             if key == "data":
                 return {k: self[k] for k in self.keys()}
             raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
         native = self._store.get_array("data", key)
-        if isinstance(native, np.ndarray):
+        if isinstance(native, np.ndarray) and key not in self.source_dtypes:
             return native
         from .step_array import StepArray
 

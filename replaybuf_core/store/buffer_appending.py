@@ -58,6 +58,10 @@ class EpisodeAppending:
                 if tuple(arr.shape[1:]) != tuple(shape[1:]):
                     raise ValueError(f"data key {key!r}: step shape {arr.shape[1:]} differs from the "
                                      f"stored {tuple(shape[1:])}")
+                source = self.source_dtypes.get(key)
+                if source is not None and arr.dtype != dtype and np.can_cast(arr.dtype, source, casting="same_kind"):
+                    arrays[key] = self._as_stored(key, arr.astype(source, copy=False), dtype)  # exact, or ValueError
+                    continue
                 if (dtype == object) != (arr.dtype == object) or (
                         dtype != object and not np.can_cast(arr.dtype, dtype, casting="same_kind")):
                     raise TypeError(f"data key {key!r}: dtype {arr.dtype} cannot be stored in the existing "

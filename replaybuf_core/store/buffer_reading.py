@@ -26,20 +26,27 @@ class StepReading:
         start = int(self._ends[i - 1]) if i > 0 else 0
         return slice(start, int(self._ends[i]))
 
-    def get_episode(self, idx: int, copy: bool = False) -> dict[str, np.ndarray]:
+    def get_episode(self, idx: int, copy: bool = False, dtypes: str = "source") -> dict[str, np.ndarray]:
         """Episode ``idx`` as key → array (T, ...); O(1) index resolution, negative allowed.
 
-        ``copy=False`` may return views into in-memory storage. Raises IndexError / TypeError."""
+        ``copy=False`` may return views into in-memory storage.  ``dtypes``: ``"source"`` (keys an
+        import stored in another dtype come back in the source's, see
+        :mod:`replaybuf_core.store.buffer_dtypes`) or ``"stored"``.
+        Raises IndexError / TypeError; ValueError for another ``dtypes``."""
         sl = self.get_episode_slice(idx)
-        return self.get_steps_slice(sl.start, sl.stop, copy=copy)
+        return self.get_steps_slice(sl.start, sl.stop, copy=copy, dtypes=dtypes)
 
     def get_steps_slice(self, start: int | None, stop: int | None, step: int | None = None,
-                        copy: bool = False) -> dict[str, np.ndarray]:
-        """Steps ``[start:stop:step]`` (Python slice semantics over ``n_steps``) of every data key.
+                        copy: bool = False, dtypes: str = "source") -> dict[str, np.ndarray]:
+        """Steps ``[start:stop:step]`` (Python slice semantics over ``n_steps``) of every data key,
+        in the dtypes ``dtypes`` names (as :meth:`get_episode`).
 
         Raises:
-            ValueError: ``step`` ≤ 0.
+            ValueError: ``step`` ≤ 0; ``dtypes`` neither ``"source"`` nor ``"stored"``.
         """
+        from .buffer_dtypes import check_dtypes
+
+        check_dtypes(dtypes)
         if step is not None and step <= 0:
             raise ValueError(f"step must be positive, got {step}")
         a, b, st = slice(start, stop, step).indices(self.n_steps)
@@ -48,13 +55,15 @@ class StepReading:
         for key in self.keys():
             x = self._store.read("data", key, a, b, st if st != 1 else None)
             # backends hand out fresh arrays or views of their memory; copy only the views
-            out[key] = x.copy() if copy and not x.flags.owndata else x
+            cast = self._as_read(key, x, dtypes)
+            out[key] = x.copy() if copy and cast is x and not x.flags.owndata else cast
         return out
 
     def read_ranges(self, key: str, starts, stops) -> list[np.ndarray]:
         """Rows ``[starts[i], stops[i])`` of data ``key`` for every i (one ndarray each), served by the
-        backend's batched reader when it has one.  The arrays may be read-only views of the backend's
-        cache or memory: copy one before writing to it.
+        backend's batched reader when it has one, in the stored dtype (a low-level path; see
+        :meth:`dtype_of`).  The arrays may be read-only views of the backend's cache or memory: copy
+        one before writing to it.
 
         Raises:
             KeyError: unknown key.  ValueError: ranges outside ``[0, n_steps]`` or lengths differ.
@@ -69,28 +78,29 @@ class StepReading:
             raise ValueError(f"row ranges must satisfy 0 <= start <= stop <= n_steps={self.n_steps}")
         return self._store.read_ranges("data", key, starts, stops)
 
-    def read_rows(self, key: str, rows, out: np.ndarray | None = None) -> np.ndarray:
+    def read_rows(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source") -> np.ndarray:
         """Gather steps ``rows`` (int array of any shape) of data ``key``: returns an array of shape
-        ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view), decoding
+        ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view, of any dtype
+        the values cast to; else a new array of :meth:`dtype_of` ``(key, dtypes)``), decoding
         every chunk touched once.  The sampler's batch path; NumPy buffers do one fancy index.
 
         Raises:
             KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``.
             ValueError: ``out`` of the wrong shape.
         """
-        rows, out = self._rows_and_out(key, rows, out)
+        rows, out = self._rows_and_out(key, rows, out, dtypes)
         gather = getattr(self._store, "read_rows", None)
         if gather is not None:
             return gather("data", key, rows, out)
         return read_rows_via_ranges(self._store, "data", key, rows, out)
 
-    def read_rows_async(self, key: str, rows, out: np.ndarray | None = None) -> Any:
+    def read_rows_async(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source") -> Any:
         """Start :meth:`read_rows`: returns an object whose ``result()`` completes the read and
         returns the filled array.  On backends with ``read_rows_async`` (zarr) thread-pool helpers
         start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
         join in; elsewhere the read is done before returning.  Leave ``out`` alone until
         ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
-        rows, out = self._rows_and_out(key, rows, out)
+        rows, out = self._rows_and_out(key, rows, out, dtypes)
         start = getattr(self._store, "read_rows_async", None)
         if start is not None:
             return start("data", key, rows, out)
@@ -100,16 +110,17 @@ class StepReading:
                         else read_rows_via_ranges(self._store, "data", key, rows, out))
         return done
 
-    def _rows_and_out(self, key: str, rows, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _rows_and_out(self, key: str, rows, out: np.ndarray | None, dtypes: str = "source") -> tuple[np.ndarray, np.ndarray]:
         if key not in self:
             raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        dtype = self.dtype_of(key, dtypes)
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= self.n_steps):
             bad = rows[(rows < 0) | (rows >= self.n_steps)].flat[0]
             raise IndexError(f"row {int(bad)} is out of range for {self.n_steps} steps")
         shape = rows.shape + tuple(self._store.shape("data", key)[1:])
         if out is None:
-            out = np.empty(shape, dtype=self._store.dtype("data", key))
+            out = np.empty(shape, dtype=dtype)
         elif out.shape != shape:
             raise ValueError(f"out has shape {out.shape}, expected {shape}")
         return rows, out

@@ -119,7 +119,7 @@ class StoreMerging:
                     with out.writer() as w:
                         for b in buffers[1:]:
                             for e in range(b.n_episodes):
-                                w.add_episode(b.get_episode(e, copy=True))
+                                w.add_episode(b.get_episode(e, copy=True, dtypes="stored"))
                     for m in merged:
                         rows = np.concatenate([np.asarray(b.store.read("meta", m, 0, b.n_episodes)) for b in buffers])
                         out.store.resize("meta", m, rows.shape[0])

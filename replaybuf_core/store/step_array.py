@@ -29,7 +29,8 @@ class StepArray:
     NumPy indexing whose first element (steps) is an int, a slice, an int or bool array or ``...``;
     the other elements index each step as NumPy does.
 
-    Reads return new arrays (``dtype`` as stored; string keys: ``object`` arrays of ``str``), except
+    Reads return new arrays (in :attr:`dtype`: the source's dtype for a key an import stored in
+    another, see :mod:`replaybuf_core.store.buffer_dtypes`; string keys: ``object`` arrays of ``str``), except
     after ``warm``: then they are read-only views of the in-memory copy, as fast as NumPy's (copy one
     before writing to it).  Assignment ``a[i] = v`` / ``a[i:j] = v`` / ``a[i:j, ...] = v`` writes the
     rows through the backend (its caches stay right); other index forms raise TypeError.
@@ -40,11 +41,14 @@ class StepArray:
         ReadOnlyError: assignment on a buffer opened read-only.
     """
 
-    __slots__ = ("_rb", "_key")
+    __slots__ = ("_rb", "_key", "_dtypes")
 
-    def __init__(self, buffer: ReplayBuffer, key: str):
+    def __init__(self, buffer: ReplayBuffer, key: str, dtypes: str = "source"):
+        from .buffer_dtypes import check_dtypes
+
         self._rb = buffer
         self._key = key
+        self._dtypes = check_dtypes(dtypes)
 
     # -- what the array is ----------------------------------------------------------------------
     @property
@@ -58,6 +62,12 @@ class StepArray:
 
     @property
     def dtype(self) -> np.dtype:
+        """The dtype reads return: the source's for a key an import converted (``stored_dtype``: as
+        stored), see :mod:`replaybuf_core.store.buffer_dtypes`."""
+        return self._rb.dtype_of(self._key, self._dtypes)
+
+    @property
+    def stored_dtype(self) -> np.dtype:
         return np.dtype(self._rb._store.dtype("data", self._key))
 
     @property
@@ -91,7 +101,10 @@ class StepArray:
     def __getitem__(self, index: Any) -> Any:
         memory = self._pinned()
         if memory is not None:
-            return memory[index]
+            return self._rb._as_read(self._key, memory[index], self._dtypes)
+        return self._rb._as_read(self._key, self._read(index), self._dtypes)
+
+    def _read(self, index: Any) -> Any:
         first, rest = _split(index)
         n = self.shape[0]
         if _is_int(first):
@@ -144,7 +157,7 @@ class StepArray:
         block = self._rb._store.read("data", self._key, a, b)
         if not block.flags.writeable:
             block = block.copy()
-        block[((0,) if _is_int(first) else (slice(None),)) + rest] = value
+        block[((0,) if _is_int(first) else (slice(None),)) + rest] = self._rb._as_stored(self._key, value, block.dtype)
         self._rb._store.write("data", self._key, a, block)
 
 

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from replaybuf_core.stats.summaries import FRAMES, KeySummary, stats_keys, summarize
+from replaybuf_core.stats.summaries import FRAMES, KeySummary, stats_keys, stored_dtype, summarize
 
 from .editing import STATS_PREFIX as PREFIX
 
@@ -88,7 +88,7 @@ def _load(buffer: Any, key: str, entry: Any, ends: np.ndarray) -> tuple[KeySumma
     ``(None, why)``."""
     store = buffer.store
     arr = buffer[key]
-    fresh = KeySummary.for_array(arr.dtype, tuple(arr.shape))
+    fresh = KeySummary.for_array(stored_dtype(buffer, key, arr), tuple(arr.shape))
     if not isinstance(entry, dict):
         return None, "no stored statistics"
     if (entry.get("kind"), entry.get("exact"), entry.get("shape")) != (fresh.kind, fresh.exact, list(fresh.shape)):

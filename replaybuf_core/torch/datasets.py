@@ -66,7 +66,9 @@ class SequenceDataset(_BatchedDataset):
     """diffusion_policy's fixed-length windows as a map-style ``torch.utils.data.Dataset``.
 
     Item ``i`` is window ``i`` of ``SequenceSampler(buffer, sequence_length, **sampler_kwargs)``:
-    dict key -> ``torch.Tensor`` (sequence_length, *step shape) in the stored dtype,
+    dict key -> ``torch.Tensor`` (sequence_length, *step shape) in the stored dtype (camera frames
+    as uint8 even when an import's source held them as floats: a quarter of the bytes, converted
+    once a batch by ``float_images``; pass ``dtypes="source"`` for the source's dtypes),
     ``"_is_pad"`` -> bool (sequence_length,), string keys -> ``np.ndarray``.  Windows, padding and
     ``key_first_k`` are exactly the sampler's (see :class:`SequenceSampler`).  For only the steps
     each key needs, use :class:`WindowDataset`.
@@ -80,7 +82,8 @@ class SequenceDataset(_BatchedDataset):
         channels_first: images as (..., C, H, W).
         float_images: images as float32 in [0, 1] (``x / 255``).
         **sampler_kwargs: passed to :class:`SequenceSampler` (``pad_before``, ``pad_after``,
-            ``keys``, ``key_first_k``, ``episode_mask``, ``skip_initial``, ``pad_mode``).
+            ``keys``, ``key_first_k``, ``episode_mask``, ``skip_initial``, ``pad_mode``, ``dtypes``
+            — here ``"stored"`` unless given).
 
     Raises:
         TypeError: ``path_or_factory`` neither a path nor a callable.  Errors of the opener and of
@@ -95,7 +98,8 @@ class SequenceDataset(_BatchedDataset):
         self.sampler_kwargs = dict(sampler_kwargs)
 
     def _build(self, buffer: Any, window_index: Any) -> SequenceSampler:
-        return SequenceSampler(buffer, self.sequence_length, window_index=window_index, **self.sampler_kwargs)
+        return SequenceSampler(buffer, self.sequence_length, window_index=window_index,
+                               **{"dtypes": "stored", **self.sampler_kwargs})
 
     def __repr__(self) -> str:
         return f"SequenceDataset({self._source_name()!r}, sequence_length={self.sequence_length}, {self.sampler_kwargs})"
@@ -114,7 +118,8 @@ class WindowDataset(_BatchedDataset):
         delta_steps: ``{key: [int offset, ...]}`` (or pass ``delta_timestamps=`` in seconds).
         image_keys, channels_first, float_images: as for :class:`SequenceDataset`.
         **window_kwargs: passed to :class:`WindowSampler` (``delta_timestamps``, ``fps``,
-            ``tolerance_s``, ``keys``, ``pad_before``, ``pad_after``, ``pad_mode``, ``episode_mask``).
+            ``tolerance_s``, ``keys``, ``pad_before``, ``pad_after``, ``pad_mode``, ``episode_mask``,
+            ``dtypes`` — here ``"stored"`` unless given: frames as uint8, as for :class:`SequenceDataset`).
 
     Raises:
         TypeError: ``path_or_factory`` neither a path nor a callable.  Errors of the opener and of
@@ -129,7 +134,8 @@ class WindowDataset(_BatchedDataset):
         self.window_kwargs = dict(window_kwargs)
 
     def _build(self, buffer: Any, window_index: Any) -> WindowSampler:
-        return WindowSampler(buffer, self.delta_steps, window_index=window_index, **self.window_kwargs)
+        return WindowSampler(buffer, self.delta_steps, window_index=window_index,
+                             **{"dtypes": "stored", **self.window_kwargs})
 
     def __repr__(self) -> str:
         return f"WindowDataset({self._source_name()!r}, delta_steps={self.delta_steps}, {self.window_kwargs})"

@@ -252,7 +252,7 @@ class LeRobotDataset(_BatchedDataset):
 
     def _build(self, buffer: Any, window_index: Any) -> WindowSampler:
         return WindowSampler(buffer, self.delta_indices or {}, keys=list(buffer.keys()),
-                             episode_mask=self._episode_mask, window_index=window_index)
+                             episode_mask=self._episode_mask, window_index=window_index, dtypes="stored")
 
     def _compute_stats(self) -> dict:
         return self.sampler.buffer.get_stats()

@@ -89,13 +89,15 @@ def test_interrupted_append_hidden_read_only_on_every_read_path(tmp_path):
         assert arr.shape[0] == 11, key
     assert all(v.shape[0] == 11 for v in ro.values())
     view = ro["obs"]
-    assert isinstance(view, RowLimitedArray) and view.shape == (11, 3) and len(view) == 11
+    assert isinstance(view.native, RowLimitedArray) and view.shape == (11, 3) and len(view) == 11
     np.testing.assert_array_equal(np.asarray(view), eps[0]["obs"].tolist() + eps[1]["obs"].tolist())
     np.testing.assert_array_equal(view[-1], eps[1]["obs"][-1])
     np.testing.assert_array_equal(view[..., 0], np.asarray(view)[:, 0])
     assert view[5:100].shape == (6, 3) and view[[0, -1]].shape == (2, 3)
-    with pytest.raises(IndexError, match="11 rows"):
+    with pytest.raises(IndexError, match="of 11 steps"):
         view[11]
+    with pytest.raises(IndexError, match="11 rows"):
+        view.native[11]
     with pytest.raises(ReadOnlyError):
         view[0] = 1
     assert ro.store.inner.shape("data", "obs")[0] == 14  # nothing was trimmed on disk

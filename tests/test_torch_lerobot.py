@@ -8,6 +8,7 @@ where the unclamped frame leaves the episode, camera frames as float32 (C, H, W)
 
 from __future__ import annotations
 
+import json
 import pickle
 from io import BytesIO
 
@@ -91,8 +92,14 @@ def test_samples_equal_lerobots_rule_by_hand(lerobot):
     root, store, cols = lerobot
     ds = LeRobotDataset(store, delta_timestamps=DELTAS)
     assert len(ds) == ds.num_frames == sum(LENGTHS) and ds.num_episodes == len(LENGTHS)
-    assert ds.fps == FPS and ds.meta.camera_keys == ["cam.rgb", "observation.image"]
-    assert ds.features["cam.rgb"]["dtype"] == "video" and ds.features["observation.state"]["shape"] == [3]
+    info = json.loads((root / "meta" / "info.json").read_text())
+    order = [k for k in info["features"] if k in ds.features]  # info.json's order, read here independently
+    assert list(ds.features)[: len(order)] == order and list(ds[0])[: 3] == [k for k in order if k in ds[0]][:3]
+    assert ds.fps == FPS and type(ds.fps) is int
+    assert ds.meta.camera_keys == [k for k in order if info["features"][k]["dtype"] in ("video", "image")]
+    assert ds.features["cam.rgb"]["dtype"] == "video" and ds.features["observation.state"]["shape"] == (3,)
+    assert ds.meta.shapes["observation.state"] == (3,) and ds.meta.names["observation.state"] == \
+        info["features"]["observation.state"]["names"]
     for i in range(len(ds)):
         _check(ds[i], _expected(cols, i, DELTAS))
     s = ds[0]
@@ -282,3 +289,53 @@ def test_fps_given_for_a_store_with_its_own_is_refused_unless_equal(lerobot):
         LeRobotDataset(store, fps=30)
     ds = LeRobotDataset(store, fps=FPS)
     assert ds.fps == FPS and float(ds[3]["timestamp"]) == np.float32(cols["timestamp"][3])
+
+
+def test_lerobot_061_metadata_and_dataset_api(lerobot):
+    root, store, cols = lerobot
+    from pathlib import Path
+
+    info = json.loads((root / "meta" / "info.json").read_text())
+    ds = LeRobotDataset("my/repo", root=store)
+    meta = ds.meta
+    assert meta.repo_id == "my/repo" and isinstance(meta.root, Path) and meta.root == Path(store)
+    assert meta.total_tasks == len(TASKS) == info["total_tasks"]
+    assert meta.chunks_size == info["chunks_size"] and meta.data_path == info["data_path"]
+    assert meta.video_path == info["video_path"]
+    pd = pytest.importorskip("pandas")
+    assert isinstance(meta.tasks, pd.DataFrame) and list(meta.tasks.columns) == ["task_index"]
+    for i, text in enumerate(TASKS):
+        assert meta.get_task_index(text) == i and int(meta.tasks.loc[text, "task_index"]) == i
+    assert meta.get_task_index("no such task") is None
+    # raw rows: stored values at one frame, no deltas, frames as stored (uint8 H, W, C)
+    raw = ds.get_raw_item(7)
+    assert raw["cam.rgb"].dtype == torch.uint8 and tuple(raw["cam.rgb"].shape) == (24, 32, 3)
+    np.testing.assert_array_equal(raw["observation.state"].numpy(), np.asarray(cols["observation.state"][7]))
+    cols_sel = ds.select_columns(["action", "frame_index"])
+    np.testing.assert_array_equal(cols_sel["action"].numpy(), np.asarray(cols["action"]))
+    np.testing.assert_array_equal(cols_sel["frame_index"].numpy(), np.asarray(cols["frame_index"]))
+    with pytest.raises(KeyError, match="nope"):
+        ds.select_columns("nope")
+    # return_uint8 and the transforms setters
+    u8 = LeRobotDataset(store, return_uint8=True)
+    assert u8[3]["cam.rgb"].dtype == torch.uint8 and tuple(u8[3]["cam.rgb"].shape) == (3, 24, 32)
+    np.testing.assert_array_equal(u8[3]["cam.rgb"].numpy(), np.moveaxis(cols["cam.rgb"][3], -1, 0))
+    ds.set_image_transforms(lambda x: x * 0)
+    assert float(ds[1]["cam.rgb"].abs().sum()) == 0.0
+    ds.clear_image_transforms()
+    assert float(ds[1]["cam.rgb"].abs().sum()) > 0.0
+    with pytest.raises(TypeError, match="callable"):
+        ds.set_image_transforms(3)
+    # what replaybuf does not do fails by name, not with an AttributeError
+    for obj, name in ((ds, "push_to_hub"), (ds, "add_frame"), (meta, "get_video_file_path"), (meta, "save_episode")):
+        with pytest.raises(NotImplementedError, match=name):
+            getattr(obj, name)
+    with pytest.raises(AttributeError):
+        ds.no_such_thing
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install datasets"):
+            ds.hf_dataset
+    else:
+        assert ds.hf_dataset.num_rows == len(ds)

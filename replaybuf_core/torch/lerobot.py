@@ -30,10 +30,23 @@ import torch
 from replaybuf_core.sampling.window_sampler import WindowSampler, delta_timestamps_to_steps
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
 from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
+from replaybuf_core.torch.lerobot_meta import EpisodeTable, LeRobotMeta, _episode_tasks, _store_episode_numbers
 
 __all__ = ["LeRobotDataset", "LeRobotMeta", "EpisodeTable"]
 
 _BOOKKEEPING = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+
+#: LeRobotDataset members that record into a LeRobot dataset or reach its hub
+_UNSUPPORTED = {
+    "add_frame": "it records into a LeRobot dataset (replaybuf: ReplayBuffer.writer())",
+    "save_episode": "it records into a LeRobot dataset (replaybuf: ReplayBuffer.writer())",
+    "clear_episode_buffer": "it records into a LeRobot dataset", "finalize": "it closes LeRobot's writers",
+    "create": "it creates a LeRobot dataset (replaybuf: ReplayBuffer.create_empty)",
+    "push_to_hub": "there is no hub: the store is local", "pull_from_repo": "there is no hub: the store is local",
+    "start_image_writer": "it records into a LeRobot dataset", "stop_image_writer": "it records into a LeRobot dataset",
+    "encode_episode_videos": "the store holds frames, not LeRobot's videos",
+    "episode_filter": "not in this version: pass episodes=[...]",
+}
 
 
 def _episode_list(episodes: Any) -> list[int]:
@@ -49,126 +62,6 @@ def _episode_list(episodes: Any) -> list[int]:
     if twice:
         raise ValueError(f"episodes lists {twice} more than once")
     return out
-
-
-def _store_episode_numbers(buffer: Any) -> np.ndarray:
-    """LeRobot's episode_index of each store episode: the import's record, else 0..E-1."""
-    store, n = buffer.store, int(buffer.n_episodes)
-    if store.has_array("meta", "source_episode_index"):
-        return np.asarray(store.read("meta", "source_episode_index", 0, n), dtype=np.int64)
-    return np.arange(n, dtype=np.int64)
-
-
-def _episode_tasks(buffer: Any) -> list[list[str]] | None:
-    """Each store episode's task texts, from the import's ``meta/episode_attrs``; None without it."""
-    store, n = buffer.store, int(buffer.n_episodes)
-    if not store.has_array("meta", "episode_attrs"):
-        return None
-    import json
-
-    return [[str(t) for t in (json.loads(str(text) or "{}").get("tasks") or [])]
-            for text in store.read("meta", "episode_attrs", 0, n)]
-
-
-class EpisodeTable:
-    """LeRobot v3's ``meta.episodes``, read-only: ``table["dataset_from_index"]`` gives a column
-    (list, one entry per store episode), ``table[i]`` a row (dict).  Columns: ``episode_index``
-    (LeRobot's), ``length``, ``dataset_from_index`` / ``dataset_to_index`` (the episode's steps in
-    the store: LeRobot's global ``index`` range when the whole dataset was imported), ``tasks``.
-    """
-
-    def __init__(self, columns: dict[str, list]):
-        self._columns = columns
-        self.column_names = list(columns)
-
-    def __len__(self) -> int:
-        return len(self._columns["episode_index"])
-
-    def __getitem__(self, item):
-        if isinstance(item, str):
-            if item not in self._columns:
-                raise KeyError(f"meta.episodes has no column {item!r} (columns: {self.column_names})")
-            return self._columns[item]
-        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
-            raise TypeError(f"meta.episodes rows are numbered by int, got {type(item).__name__}")
-        n = len(self)
-        if not -n <= item < n:
-            raise IndexError(f"episode row {item} out of range for {n} episodes")
-        return {k: v[item] for k, v in self._columns.items()}
-
-    def __repr__(self) -> str:
-        return f"EpisodeTable(n_episodes={len(self)}, columns={self.column_names})"
-
-
-class LeRobotMeta:
-    """What training code reads of LeRobot's ``LeRobotDatasetMetadata``.
-
-    Attributes:
-        fps: frames per second (float; the store's ``fps`` attribute).
-        features: ``{key: {"dtype", "shape", "names"}}`` — LeRobot's own when imported, else built
-            from the store (uint8 (H, W, C) keys as ``"image"``).
-        tasks: ``{task_index: text}``.
-        episodes: :class:`EpisodeTable`, LeRobot v3's per-episode table.
-        robot_type, info: from the imported ``info.json`` (None / {} otherwise).
-        camera_keys, video_keys, image_keys: feature keys of dtype video+image / video / image.
-        total_frames, total_episodes: of the whole store.
-        stats: ``{key: {"min", "max", "mean", "std", "count", ...}}`` as NumPy arrays — LeRobot's
-            ``stats.json`` when imported, else computed once on first access
-            (:meth:`ReplayBuffer.get_stats`: the statistics stored with the store, brought up to date).
-    """
-
-    def __init__(self, buffer: Any, fps: float | None, stats_from: Callable[[], dict]):
-        attrs = buffer.store.get_attrs("data")
-        source = attrs.get("source_attrs") or {}
-        stored = float(attrs["fps"]) if attrs.get("fps") else None
-        if fps is not None and stored is not None and float(fps) != stored:
-            raise ValueError(f"fps={fps} differs from the store's own fps {stored:g} (its 'fps' attribute): the "
-                             "store's frame rate is what its timestamps mean; leave fps= out (it is for stores "
-                             "without one)")
-        self.fps = stored if stored is not None else (float(fps) if fps is not None else None)
-        self.robot_type = source.get("robot_type")
-        self.info = dict(source.get("info") or {})
-        self.tasks = {int(k): str(v) for k, v in (source.get("tasks") or {}).items()}
-        key_attrs = attrs.get("key_attrs") or {}
-        self.features: dict[str, dict] = {}
-        frames = set(image_keys_of(buffer, buffer.keys()))
-        for key in buffer.keys():
-            arr = buffer[key]
-            if key in key_attrs and "dtype" in key_attrs[key]:
-                self.features[key] = dict(key_attrs[key])
-            elif key in frames:
-                self.features[key] = {"dtype": "image", "shape": list(arr.shape[1:]),
-                                      "names": ["height", "width", "channel"]}
-            else:
-                kind = np.dtype(arr.dtype).kind
-                dtype = "string" if kind in "OTUS" else str(np.dtype(arr.dtype))
-                self.features[key] = {"dtype": dtype, "shape": list(arr.shape[1:]) or [1], "names": None}
-        self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
-        self.image_keys = [k for k, f in self.features.items() if f.get("dtype") == "image"]
-        self.camera_keys = self.video_keys + self.image_keys
-        self.total_frames = int(buffer.n_steps)
-        self.total_episodes = int(buffer.n_episodes)
-        imported = source.get("stats")
-        self._stats = ({k: {s: np.asarray(v) for s, v in d.items()} for k, d in imported.items()}
-                       if imported else None)
-        self._stats_from = stats_from
-        ends = np.asarray(buffer.episode_ends[:], dtype=np.int64)
-        starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ends.size else ends
-        tasks = _episode_tasks(buffer) or [[] for _ in range(ends.size)]
-        self.episodes = EpisodeTable({"episode_index": _store_episode_numbers(buffer).tolist(),
-                                      "length": (ends - starts).tolist(), "dataset_from_index": starts.tolist(),
-                                      "dataset_to_index": ends.tolist(), "tasks": tasks})
-
-    @property
-    def stats(self) -> dict[str, dict[str, np.ndarray]]:
-        """``{key: {stat: ndarray}}``: the imported ``stats.json``, else computed once on first use."""
-        if self._stats is None:
-            self._stats = self._stats_from()
-        return self._stats
-
-    def __repr__(self) -> str:
-        return (f"LeRobotMeta(fps={self.fps}, total_episodes={self.total_episodes}, "
-                f"total_frames={self.total_frames}, features={list(self.features)})")
 
 
 class LeRobotDataset(_BatchedDataset):
@@ -205,11 +98,12 @@ class LeRobotDataset(_BatchedDataset):
                  episodes: Sequence[int] | None = None, image_transforms: Callable | None = None,
                  delta_timestamps: dict[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  revision: str | None = None, force_cache_sync: bool = False, download_videos: bool = True,
-                 video_backend: str | None = None, *, fps: float | None = None):
+                 video_backend: str | None = None, return_uint8: bool = False, *, fps: float | None = None):
         path = root if root is not None else repo_id
         if path is None:
             raise TypeError("LeRobotDataset needs the store's path: repo_id=PATH or root=PATH")
-        super().__init__(path, image_keys=None, channels_first=True, float_images=True)
+        super().__init__(path, image_keys=None, channels_first=True, float_images=not return_uint8)
+        self.return_uint8 = bool(return_uint8)
         self.repo_id = str(repo_id if repo_id is not None else root)
         self.root = os.fspath(path)
         self.image_transforms = image_transforms
@@ -218,7 +112,7 @@ class LeRobotDataset(_BatchedDataset):
         self.episodes = None if episodes is None else _episode_list(episodes)
         buffer = self._open_buffer()
         try:
-            self.meta = LeRobotMeta(buffer, fps, self._compute_stats)
+            self.meta = LeRobotMeta(buffer, fps, self._compute_stats, repo_id=self.repo_id, root=self.root)
             numbers = _store_episode_numbers(buffer)
             self._episode_numbers = numbers
             self._episode_mask = None
@@ -251,7 +145,8 @@ class LeRobotDataset(_BatchedDataset):
             buffer.close()
 
     def _build(self, buffer: Any, window_index: Any) -> WindowSampler:
-        return WindowSampler(buffer, self.delta_indices or {}, keys=list(buffer.keys()),
+        keys = [k for k in self.meta.features if k in buffer]  # info.json's order, as LeRobot's samples
+        return WindowSampler(buffer, self.delta_indices or {}, keys=keys,
                              episode_mask=self._episode_mask, window_index=window_index, dtypes="stored")
 
     def _compute_stats(self) -> dict:
@@ -259,9 +154,75 @@ class LeRobotDataset(_BatchedDataset):
 
     # ------------------------------------------------------------------ LeRobot's properties
     @property
-    def fps(self) -> float | None:
-        """Frames per second."""
+    def fps(self) -> int | float | None:
+        """Frames per second (an int when whole, as LeRobot's)."""
         return self.meta.fps
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return self.meta.camera_keys
+
+    @property
+    def video_frame_keys(self) -> list[str]:
+        return self.meta.video_keys
+
+    def set_image_transforms(self, image_transforms: Callable | None) -> None:
+        """Replace the transform applied to each camera tensor of every sample (None: none).
+        Raises TypeError for something not callable."""
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError(f"image_transforms must be callable or None, got {type(image_transforms).__name__}")
+        self.image_transforms = image_transforms
+
+    def clear_image_transforms(self) -> None:
+        """Remove the image transform."""
+        self.image_transforms = None
+
+    def get_raw_item(self, idx: int) -> dict[str, Any]:
+        """Frame ``idx`` of this dataset as stored: every key at that one frame (no
+        ``delta_timestamps``, no conversion or transform of camera frames: uint8 (H, W, C)), as
+        tensors (strings as they are) — LeRobot's raw row (``hf_dataset[idx]``), with the frames.
+
+        Raises IndexError out of range, TypeError for a non-int."""
+        if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {type(idx).__name__}")
+        where = self.sampler.locate(self.sampler.window_index.normalize([idx]))
+        row = int(where["index"][0])
+        buffer = self.sampler.buffer
+        return to_torch({k: buffer.read_rows(k, [row], dtypes="stored")[0] for k in self.meta.features})
+
+    def select_columns(self, column_names: str | Sequence[str]) -> dict[str, torch.Tensor]:
+        """Whole columns of the chosen episodes: ``{key: tensor (num_frames, ...)}`` for each name
+        (LeRobot returns a ``datasets.Dataset`` of them; here the arrays themselves — e.g. all actions
+        for a replay).  Raises KeyError naming an unknown column."""
+        names = [column_names] if isinstance(column_names, str) else list(column_names)
+        unknown = [n for n in names if n not in self.meta.features]
+        if unknown:
+            raise KeyError(f"select_columns: {unknown} are not columns of {self.root} (columns: {list(self.meta.features)})")
+        rows = self.sampler.locate(np.arange(len(self)))["index"]
+        buffer = self.sampler.buffer
+        return to_torch({n: buffer.read_rows(n, rows, dtypes="stored") for n in names})
+
+    @property
+    def hf_dataset(self) -> Any:
+        """LeRobot's ``hf_dataset``: the non-camera columns of the chosen episodes as a Hugging Face
+        ``datasets.Dataset`` (built on first use, in memory).  Raises ImportError naming the
+        ``datasets`` package when it is not installed."""
+        if getattr(self, "_hf_dataset", None) is None:
+            try:
+                import datasets
+            except ImportError as exc:
+                raise ImportError("LeRobotDataset.hf_dataset needs the Hugging Face 'datasets' package "
+                                  "(pip install datasets); select_columns and get_raw_item work without it") from exc
+            columns = [k for k in self.meta.features if k not in self.meta.camera_keys]
+            data = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in self.select_columns(columns).items()}
+            self._hf_dataset = datasets.Dataset.from_dict({k: list(v) for k, v in data.items()})
+        return self._hf_dataset
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _UNSUPPORTED:
+            raise NotImplementedError(f"LeRobotDataset.{name} is not supported by replaybuf's LeRobotDataset: "
+                                      f"{_UNSUPPORTED[name]}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def features(self) -> dict[str, dict]:
@@ -304,16 +265,18 @@ class LeRobotDataset(_BatchedDataset):
             arrays["frame_index"] = where["frame_index"]
         if "timestamp" not in arrays:
             arrays["timestamp"] = (where["frame_index"] / self.meta.fps).astype(np.float32)
-        convert_images(arrays, self.image_keys, channels_first=True, to_float=True)
-        if "task_index" in arrays and self.meta.tasks:
+        convert_images(arrays, self.image_keys, channels_first=True, to_float=not self.return_uint8)
+        if "task_index" in arrays and self.meta.total_tasks:
             task_index = arrays["task_index"]
             if task_index.ndim > 1:  # stacked by delta_timestamps: the task is the anchor frame's
                 task_index = sampler.buffer.read_rows("task_index", where["index"])
-            task = [self.meta.tasks.get(int(t), "") for t in np.ravel(task_index)]
+            task = [self.meta.task_text(t) for t in np.ravel(task_index)]
         elif self._tasks_by_episode is not None:
             task = [self._tasks_by_episode[e] for e in where["episode_index"]]
         else:
             task = [""] * len(idx)
+        first = [k for k in self.meta.features if k in arrays] + [k for k in _BOOKKEEPING if k in arrays]
+        arrays = {**{k: arrays[k] for k in first}, **arrays}  # LeRobot's order: the features, then the pads
         data = to_torch(arrays)
         if self.image_transforms is not None:
             for cam in self.image_keys:

@@ -38,6 +38,7 @@ SLOW_TESTS = {
     "test_import_lerobot_real.py": {"test_gr00t_quirks_are_named_then_imported_with_the_options"},
     "test_import_to_object_storage.py": {"test_a_killed_url_import_leaves_the_committed_episodes",
                                          "test_a_url_import_writes_the_objects_a_local_import_writes"},
+    "test_object_storage.py": {"test_dataloader_workers_forked_after_an_s3_open_fail_by_name_instead_of_hanging"},
     "test_read_only_and_locking.py": {"test_one_writer_many_readers"},
     "test_sampler.py": {"test_numba_and_numpy_indices_agree_on_100k_episodes"},
     "test_sharding.py": {"test_sharded_matches_unsharded_and_object_count"},

@@ -42,12 +42,28 @@ _held: dict[str, list] = {}  # url -> [lease, count]
 _held_lock = threading.Lock()
 
 
+#: the process whose obstore runtime this interpreter started (obstore's tokio runtime does not
+#: survive a fork: a forked child that uses it hangs forever — tokio #4301, obstore's own notes)
+_used_in_pid: int | None = None
+
+
 def _obstore():
+    """obstore, imported; refused (RuntimeError, never a hang) in a process forked from one that used it."""
+    global _used_in_pid
     try:
         import obstore
         import obstore.store  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the extra is in the test command
         raise ImportError("object-storage URLs need obstore: pip install 'replaybuf[s3]'") from exc
+    pid = os.getpid()
+    if _used_in_pid is not None and _used_in_pid != pid:
+        raise RuntimeError(
+            f"object storage in a forked process: this process ({pid}) was forked from process {_used_in_pid}, "
+            "which had opened an object store (s3://, gs://, az://); obstore's runtime does not survive a fork "
+            "and would hang here. Start the processes with spawn instead: "
+            "DataLoader(..., multiprocessing_context='spawn') (or 'forkserver'), or "
+            "multiprocessing.set_start_method('spawn')")
+    _used_in_pid = pid
     return obstore
 
 

@@ -250,3 +250,29 @@ def test_unlock_at_an_unreachable_endpoint_is_a_named_error(s3_server, monkeypat
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     assert main(["unlock", "s3://replaybuf-test/gone.zarr"]) == 2
     assert "s3://replaybuf-test/gone.zarr: the object store cannot be read" in capsys.readouterr().err
+
+
+def test_dataloader_workers_forked_after_an_s3_open_fail_by_name_instead_of_hanging(s3_server, tmp_path):
+    """obstore's runtime does not survive a fork (a forked worker would hang forever): a worker forked
+    after the main process opened an s3:// store is refused with a message naming spawn; spawned
+    workers read the store."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from replaybuf_core.torch import WindowDataset
+
+    local = tmp_path / "syn.zarr"
+    assert main(["synth", "circle", str(local), "--episodes", "3", "--length", "10", "--image-size", "8"]) == 0
+    url = s3_server.new_url()
+    with ReplayBuffer.create_from_path(local) as rb:
+        rb.save_to_path(url)
+        want = rb["action"][:8]
+    ds = WindowDataset(url, {"action": [0]}, keys=["action"])
+    assert len(ds) == 30  # sized in the main process: obstore's runtime runs here now
+    forked = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork", timeout=120)
+    with pytest.raises(RuntimeError, match="forked from process .* multiprocessing_context='spawn'"):
+        next(iter(forked))
+    spawned = DataLoader(ds, batch_size=8, num_workers=1, multiprocessing_context="spawn", timeout=300)
+    batch = next(iter(spawned))
+    np.testing.assert_array_equal(batch["action"][:, 0].numpy(), want)
+    assert isinstance(batch["action"], torch.Tensor)

@@ -256,6 +256,28 @@ def test_an_interrupted_save_costs_a_recomputation_only(tmp_path, monkeypatch):
     assert [p for p in verify_store(path) if p.level == "error"] == []
 
 
+def test_an_edit_killed_before_its_stats_update_never_serves_stale_stats(tmp_path, monkeypatch):
+    """Kill trial's case (1 in 36): the edit is committed, its statistics update is not; an append of
+    an episode of the deleted one's length then makes episode_ends read as the entry's again."""
+    rng = np.random.default_rng(3)
+    path = str(tmp_path / "s.zarr")
+    rb = ReplayBuffer.create_empty("zarr", path)
+    eps = [_episode(rng, 4) for _ in range(3)]  # equal lengths: the ends say nothing of content
+    for ep in eps:
+        rb.add_episode(ep)
+    rb.get_stats()  # stored, covering all three
+    monkeypatch.setattr(stats_store.EditPlan, "apply", lambda self: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        rb.delete_episodes([0])  # committed; killed before the stats follow
+    monkeypatch.undo()
+    rb.close()
+    with ReplayBuffer(path) as rw:
+        new = _episode(rng, 4)
+        rw.add_episode(new)  # episode_ends is [4, 8, 12] again
+        _check_against_numpy(rw.get_stats(), [eps[1], eps[2], new])
+    assert [p for p in verify_store(path) if p.level == "error"] == []
+
+
 def test_another_version_is_ignored_and_named(tmp_path):
     rb, eps, _ = _filled(tmp_path)
     rb.store.set_attrs("meta", {RECORD: {"version": 99, "keys": {}}})

@@ -14,7 +14,7 @@ from replaybuf_core.layout.compressors import resolve_compressor as _resolve_com
 from replaybuf_core.locations import check_apart, is_object_url, local_path
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
 
-from .commit import COMMIT_RECORD, EPISODE_ENDS, write_commit_record
+from .commit import COMMIT_RECORD, EPISODE_ENDS, read_generation, write_commit_record
 from .copying import copy_array
 from .replace import build_beside, holding_lock
 
@@ -254,7 +254,7 @@ class StoreCopying:
         dst.resize("meta", EPISODE_ENDS, self._n_ep)
         if self._n_ep:
             dst.write("meta", EPISODE_ENDS, 0, self.episode_ends)
-        write_commit_record(dst, self._n_ep, self.n_steps)
+        write_commit_record(dst, self._n_ep, self.n_steps, generation=read_generation(self._store))  # stats stay valid
         dst.flush()
 
     def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any, group: str = "data"):

@@ -166,9 +166,9 @@ def rewrite(buf: Any, ranges: list[tuple[int, int]], kept: np.ndarray, kind: str
         store.resize("meta", m, kept.size)
         if kept.size:
             store.write("meta", m, 0, values)
-    from .commit import write_commit_record
+    from .commit import read_generation, write_commit_record
 
-    write_commit_record(store, new_ends.size, new_n)
+    write_commit_record(store, new_ends.size, new_n, generation=read_generation(store) + 1)  # an edit: next generation
     buf._persist()
     # 4. commit, then clean up
     _clear_journal(store)

@@ -13,7 +13,10 @@ prefix ``_stats.``:
 * ``_stats.<key>.sketch`` int64 (n_buckets, 2): the quantile sketch's keys and counts (numeric keys);
 * ``_stats.<key>.hist`` int64 (C, 256): per-channel value counts (camera frames).
 
-**Trust.**  An entry is used only when its layout matches the key, its ``n_episodes`` is at most the
+**Trust.**  An entry is used only when its layout matches the key, it was saved at the store's
+current edit ``generation`` (:mod:`replaybuf_core.store.commit`: an edit killed between its commit and
+its statistics update leaves entries of the generation before, never used again — the episode
+lengths alone could match again after an append), its ``n_episodes`` is at most the
 store's, ``episode_ends`` still starts with the covered ends (the digest) and the arrays hash to
 ``sha256``; otherwise it is ignored and the key is summarised from scratch.  Statistics are derived
 data: the worst an interrupted save or a foreign edit can do is cost a recomputation.  Saves write
@@ -38,6 +41,7 @@ import numpy as np
 
 from replaybuf_core.stats.summaries import FRAMES, KeySummary, stats_keys, stored_dtype, summarize
 
+from .commit import read_generation
 from .editing import STATS_PREFIX as PREFIX
 
 __all__ = ["RECORD", "PREFIX", "VERSION", "stats_of", "EditPlan", "check_stored_stats"]
@@ -70,9 +74,10 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _entry(key: str, s: KeySummary, ends: np.ndarray) -> dict:
+def _entry(key: str, s: KeySummary, ends: np.ndarray, generation: int = 0) -> dict:
     arrays = _summary_arrays(key, s)
     return {"kind": s.kind, "exact": s.exact, "shape": list(s.shape), "n_episodes": s.n_episodes,
+            "generation": int(generation),
             "rows": {name[len(PREFIX) + len(key) + 1:]: int(a.shape[0]) for name, a in arrays.items()},
             "ends_sha256": _ends_digest(ends[: s.n_episodes]), "sha256": _digest(arrays)}
 
@@ -93,6 +98,8 @@ def _load(buffer: Any, key: str, entry: Any, ends: np.ndarray) -> tuple[KeySumma
         return None, "no stored statistics"
     if (entry.get("kind"), entry.get("exact"), entry.get("shape")) != (fresh.kind, fresh.exact, list(fresh.shape)):
         return None, "stored for another dtype or step shape"
+    if entry.get("generation", 0) != read_generation(store):
+        return None, ("stored before the last edit was committed (the edit's statistics update did not finish)")
     e = entry.get("n_episodes")
     if not isinstance(e, int) or not 0 <= e <= ends.size:
         return None, f"stored for {e} episodes, the store has {ends.size}"
@@ -149,7 +156,7 @@ def _save(buffer: Any, summaries: dict[str, KeySummary], ends: np.ndarray, appen
                     store.resize("meta", name, max(a.shape[0], 2 * have))
             if a.shape[0] > start:
                 store.write("meta", name, start, a[start:])
-        rec["keys"][key] = _entry(key, s, ends)
+        rec["keys"][key] = _entry(key, s, ends, read_generation(store))
     buffer._persist()
     store.set_attrs("meta", {RECORD: rec})
     buffer._persist()

@@ -339,3 +339,50 @@ def test_lerobot_061_metadata_and_dataset_api(lerobot):
             ds.hf_dataset
     else:
         assert ds.hf_dataset.num_rows == len(ds)
+
+
+def _retask(root, texts):
+    """Give LeRobot dataset ``root`` (v2.1) other task texts: task_index i now means ``texts[i]``."""
+    (root / "meta" / "tasks.jsonl").write_text("".join(json.dumps({"task_index": i, "task": t}) + "\n"
+                                                       for i, t in enumerate(texts)))
+    lines = [json.loads(x) for x in (root / "meta" / "episodes.jsonl").read_text().splitlines()]
+    for rec in lines:
+        rec["tasks"] = [texts[TASKS.index(t)] for t in rec["tasks"]]
+    (root / "meta" / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_merged_and_edited_lerobot_stores_keep_their_metadata_true(tmp_path):
+    a = write_dataset(tmp_path / "a", Spec([5, 4], fps=FPS), "v2.1")
+    b = write_dataset(tmp_path / "b", Spec([3, 6, 2], fps=FPS), "v2.1")
+    other = ["stack the cups", TASKS[1]]
+    _retask(b, other)
+    c = write_dataset(tmp_path / "c", Spec([4], fps=2 * FPS), "v2.1")
+    for root in (a, b, c):
+        assert import_dataset(root, tmp_path / f"{root.name}.zarr", progress=False).ok
+    with pytest.raises(ValueError, match="20 fps, source 0 10 fps"):
+        ReplayBuffer.merge_stores([tmp_path / "a.zarr", tmp_path / "c.zarr"], tmp_path / "ac.zarr")
+    assert not (tmp_path / "ac.zarr").exists()
+    report = ReplayBuffer.merge_stores([tmp_path / "a.zarr", tmp_path / "b.zarr"], tmp_path / "ab.zarr")
+    assert any("renumbered" in n for n in report["notes"])
+    ds = LeRobotDataset(tmp_path / "ab.zarr")
+    # expected: each source's own parquet task_index, read with pyarrow, through its own tasks.jsonl
+    want = []
+    for root, texts in ((a, TASKS), (b, other)):
+        for ep in range(len(list((root / "data/chunk-000").glob("*.parquet")))):
+            t = pq.read_table(root / f"data/chunk-000/episode_{ep:06d}.parquet").to_pydict()["task_index"]
+            want += [texts[i] for i in t]
+    assert [ds[i]["task"] for i in range(len(ds))] == want
+    assert ds.meta.total_tasks == 3 and ds.meta.get_task_index("stack the cups") == 2
+    assert int(np.asarray(ds.meta.stats["action"]["count"]).ravel()[0]) == len(ds) == 20  # every source's frames
+    # an edit: the imported stats.json would count the deleted steps
+    with ReplayBuffer(tmp_path / "a.zarr") as rb:
+        imported = json.loads((a / "meta" / "stats.json").read_text()) if (a / "meta/stats.json").exists() else None
+        served = LeRobotDataset(tmp_path / "a.zarr").meta.stats["action"]
+        if imported is not None:  # the dataset's own stats.json is what is served before an edit
+            np.testing.assert_allclose(served["mean"], np.asarray(imported["action"]["mean"]))
+        rb.delete_episodes([0])
+    after = LeRobotDataset(tmp_path / "a.zarr")
+    assert int(np.asarray(after.meta.stats["action"]["count"]).ravel()[0]) == len(after) == 4
+    kept = np.asarray(pq.read_table(a / "data/chunk-000/episode_000001.parquet").to_pydict()["action"], dtype=np.float64)
+    np.testing.assert_allclose(after.meta.stats["action"]["mean"], kept.mean(0), rtol=1e-6)  # the kept steps only
+    assert after.meta.info["total_frames"] == 4 and after.meta.info["total_episodes"] == 1

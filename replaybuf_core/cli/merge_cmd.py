@@ -23,6 +23,8 @@ def run(args) -> int:
     *sources, dst = args.paths
     report = ReplayBuffer.merge_stores(sources, dst, overwrite=args.overwrite)
     print(f"{dst}: {report['n_episodes']} episodes / {report['n_steps']} steps from {len(sources)} store(s)")
+    for note in report.get("notes", []):
+        print(f"  note: {note}")
     if report["meta_left_out"]:
         print(f"  per-episode meta arrays not in every source, left out: {report['meta_left_out']}")
     return 0

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import editing
 from .buffer_checks import _check_index, _serialized
+from .source_records import drop_imported_stats
 from .stored_stats import EditPlan
 
 
@@ -53,6 +54,7 @@ class EpisodeEditing:
         keep = np.setdiff1d(np.arange(self._n_ep), gone)
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], keep)
         plan = EditPlan(self, gone, {})
+        drop_imported_stats(self._store, "delete_episodes")
         editing.rewrite(self, ranges, kept, "delete_episodes")
         self._after_edit()
         plan.apply()
@@ -77,6 +79,8 @@ class EpisodeEditing:
             raise ValueError(f"keep_episodes: mask has shape {mask.shape}, the buffer has {self._n_ep} episodes")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.flatnonzero(mask))
         plan = EditPlan(self, np.flatnonzero(~mask), {})
+        if not mask.all():
+            drop_imported_stats(self._store, "keep_episodes")
         editing.rewrite(self, ranges, kept, "keep_episodes")
         self._after_edit()
         plan.apply()
@@ -103,6 +107,7 @@ class EpisodeEditing:
                              "satisfy 0 <= start < stop <= length (an episode keeps at least one step)")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.arange(self._n_ep), {i: (start, stop)})
         plan = EditPlan(self, np.zeros(0, dtype=np.int64), {i: (start, stop)})
+        drop_imported_stats(self._store, "trim_episode")
         editing.rewrite(self, ranges, kept, "trim_episode")
         self._after_edit()
         plan.apply()

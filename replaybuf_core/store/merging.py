@@ -7,6 +7,8 @@ zarr-to-zarr copy keeps them, WebP frames included); the later sources' episodes
 at a time through an ``EpisodeWriter`` (memory: one episode).  Per-episode meta arrays (one row per
 episode, e.g. ``source_episode_index``, ``episode_attrs``, masks) present in every source with one
 dtype and row shape are concatenated; others are left out, and the returned report says which.
+What imports recorded of their sources follows (:mod:`replaybuf_core.store.source_records`): one
+fps (other rates are refused), one task table (``task_index`` renumbered), no stale ``stats.json``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from .editing import episode_meta_arrays
 from .replace import build_beside
+from .source_records import merge_records, remap_tasks
 
 __all__ = ["StoreMerging"]
 
@@ -110,22 +113,26 @@ class StoreMerging:
 
             merged = sorted(m for m in common if len({meta_layout(b, m) for b in buffers}) == 1)
             left_out = sorted(set.union(*metas) - set(merged))
+            records, lookups, notes = merge_records(buffers)  # refuses other fps before anything is written
             with build_beside(dst_text) as beside:
                 buffers[0].save_to_path(beside.path)
                 with cls(os.fspath(beside.path)) as out:
                     for m in left_out:
                         if out.store.has_array("meta", m):
                             out.store.delete_array("meta", m)
+                    if records is not None:
+                        out.store.set_attrs("data", {"source_attrs": records})
                     with out.writer() as w:
-                        for b in buffers[1:]:
+                        for b, lookup in zip(buffers[1:], lookups[1:]):
                             for e in range(b.n_episodes):
-                                w.add_episode(b.get_episode(e, copy=True, dtypes="stored"))
+                                w.add_episode(remap_tasks(b.get_episode(e, copy=True, dtypes="stored"), lookup))
                     for m in merged:
                         rows = np.concatenate([np.asarray(b.store.read("meta", m, 0, b.n_episodes)) for b in buffers])
                         out.store.resize("meta", m, rows.shape[0])
                         out.store.write("meta", m, 0, rows)
                     n_episodes, n_steps = out.n_episodes, out.n_steps
-            return {"n_episodes": n_episodes, "n_steps": n_steps, "meta_merged": merged, "meta_left_out": left_out}
+            return {"n_episodes": n_episodes, "n_steps": n_steps, "meta_merged": merged, "meta_left_out": left_out,
+                    "notes": notes}
         finally:
             for b in opened:
                 b.close()

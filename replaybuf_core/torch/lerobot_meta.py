@@ -96,7 +96,9 @@ class LeRobotMeta:
         camera_keys, video_keys, image_keys: feature keys of dtype video+image / video / image.
         total_frames, total_episodes: of the whole store.
         stats: ``{key: {"min", "max", "mean", "std", "count", ...}}`` as NumPy arrays — LeRobot's
-            ``stats.json`` when imported, else computed once on first access
+            ``stats.json`` when imported and still about the store's frames (its ``count`` equals
+            them; edits and merges drop it: :mod:`replaybuf_core.store.source_records`), else
+            computed once on first access
             (:meth:`ReplayBuffer.get_stats`: the statistics stored with the store, brought up to date).
 
     LeRobot's writing and hub members (``save_episode``, ``pull_from_repo``, ``get_video_file_path``
@@ -131,11 +133,16 @@ class LeRobotMeta:
             "codebase_version": None, "robot_type": None, "fps": self.fps, "chunks_size": 1000,
             "data_path": None, "video_path": None, "total_episodes": self.total_episodes,
             "total_frames": self.total_frames, "total_tasks": len(self._task_text)}
-        self.info["features"] = self.features
+        self.info.update({"features": self.features, "total_episodes": self.total_episodes,  # what the store holds
+                          "total_frames": self.total_frames, "total_tasks": len(self._task_text)})
         self.tasks = _tasks_table(self._task_text)
         imported = source.get("stats")
         self._stats = ({k: {s: np.asarray(v) for s, v in d.items()} for k, d in imported.items()}
                        if imported else None)
+        counts = {int(np.asarray(d["count"]).ravel()[0]) for d in (self._stats or {}).values()
+                  if isinstance(d, dict) and "count" in d and np.asarray(d["count"]).size}
+        if counts and counts != {self.total_frames}:  # steps appended or removed since: not these frames' stats
+            self._stats = None
         self._stats_from = stats_from
         ends = np.asarray(buffer.episode_ends[:], dtype=np.int64)
         starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ends.size else ends

@@ -38,7 +38,7 @@ def _full_rewrite(store: Path, tmp: Path) -> float:
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
     src = ReplayBuffer.create_from_path(store)
-    keep = src.get_steps_slice(0, int(src.episode_ends[-2]))
+    keep = src.get_steps_slice(0, int(src.episode_ends[-2]), dtypes="stored")  # as stored: the codecs below hold uint8
     mem = ReplayBuffer.create_empty_numpy()
     ends = np.asarray(src.episode_ends[:-1])
     starts = np.concatenate([[0], ends[:-1]])

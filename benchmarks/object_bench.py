@@ -105,7 +105,7 @@ def _run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
     img = frame_keys(rb)[0]
     deltas = {img: [-1, 0], "state": [-1, 0], "action": list(range(-1, 15))}
     deltas = {k: v for k, v in deltas.items() if k in rb.keys()}
-    sampler = WindowSampler(rb, deltas)
+    sampler = WindowSampler(rb, deltas, dtypes="stored")  # frames as stored, as zarr-python's slicing reads them
     rng = np.random.default_rng(0)
     n_batches = 2 if smoke else 10
     batches = [rng.integers(0, len(sampler), BATCH) for _ in range(n_batches + 1)]

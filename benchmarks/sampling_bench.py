@@ -28,7 +28,9 @@ SEQ, PAD_BEFORE, PAD_AFTER, BATCH = 16, 1, 7, 64
 
 
 def _sampler(rb: ReplayBuffer, image_key: str) -> SequenceSampler:
-    return SequenceSampler(rb, SEQ, pad_before=PAD_BEFORE, pad_after=PAD_AFTER, key_first_k={image_key: 2})
+    # frames as stored (uint8), as the floors and the in-memory copy read them
+    return SequenceSampler(rb, SEQ, pad_before=PAD_BEFORE, pad_after=PAD_AFTER, key_first_k={image_key: 2},
+                           dtypes="stored")
 
 
 def _touched_chunks(rb: ReplayBuffer, sampler: SequenceSampler, batch: np.ndarray) -> dict[str, set]:

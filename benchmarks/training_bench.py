@@ -149,7 +149,7 @@ def _video_reference(store: Path, tmp: Path, codec: str, n_episodes: int, n_samp
     fps = 10
     paths = []
     for e in range(n_episodes):
-        frames = rb["img"][int(starts[e]): int(ends[e])]
+        frames = rb.read_rows("img", np.arange(int(starts[e]), int(ends[e])), dtypes="stored")  # uint8 for the encoder
         path = tmp / f"ep{e}_{codec}.mp4"
         with av.open(str(path), "w") as c:
             s = c.add_stream(codec, rate=fps)
@@ -221,7 +221,7 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
     rb = _open_uncached(str(store))
     opener = functools.partial(_open_uncached, str(store))
     n_rounds, n_batches = (1, 5) if smoke else (5, 40)
-    sampler = WindowSampler(rb, DELTAS, keys=list(DELTAS), **PADS)
+    sampler = WindowSampler(rb, DELTAS, keys=list(DELTAS), dtypes="stored", **PADS)  # as the datasets read
     rng = np.random.default_rng(0)
     orders = [rng.permutation(len(sampler))[: n_batches * BATCH] for _ in range(n_rounds)]
 
@@ -267,8 +267,10 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
         table.add("training", f"{name}: peak PSS of the process tree", peaks[name], "MB", "{:.0f}")
 
     # the O(episodes) index against diffusion_policy's table, end to end: same batches, alternating
-    seq = SequenceSampler(rb, 16, key_first_k={"img": 2, "state": 2}, keys=["img", "state", "action"], **PADS)
-    tab = _TableSampler(rb, 16, key_first_k={"img": 2, "state": 2}, keys=["img", "state", "action"], **PADS)
+    seq = SequenceSampler(rb, 16, key_first_k={"img": 2, "state": 2}, keys=["img", "state", "action"],
+                          dtypes="stored", **PADS)
+    tab = _TableSampler(rb, 16, key_first_k={"img": 2, "state": 2}, keys=["img", "state", "action"],
+                        dtypes="stored", **PADS)
     t_index, t_table = [], []
     for j, x in enumerate(batches_of(orders[0])[: 4 if smoke else 20]):
         pair = [(t_index, seq), (t_table, tab)]

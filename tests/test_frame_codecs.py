@@ -310,3 +310,18 @@ def test_the_import_report_suggests_webp_for_flat_frames_only(natural):
     assert "--frames webp" in _flat_frames_hint(KeyReport("f", (4, 96, 96, 3), "uint8", "uint8",
                                                           "replaybuf.jpegxl(effort=1)", (1, 96, 96, 3), None,
                                                           bytes_per_frame=sizes["flat"]))
+
+
+def test_frames_for_keys_already_stored_in_another_codec_or_for_no_camera_are_refused(tmp_path, natural):
+    rb = ReplayBuffer.create_empty("zarr", tmp_path / "s.zarr")
+    ep = {"cam": natural[:3], "action": np.zeros((3, 2), np.float32)}
+    with rb.writer(frames="fast") as w:
+        w.add_episode(ep)
+    n = rb.n_steps
+    with pytest.raises(ValueError, match=r"'cam' is stored as JpegCodec.*not jpegxl:1.*set_frames"):
+        rb.add_episode(ep, frames="exact")  # would silently store lossy frames under an 'exact' request
+    rb.add_episode(ep, frames="fast")  # the codec it has: fine
+    assert rb.n_steps == 2 * n
+    with pytest.raises(ValueError, match="holds no camera frames"):
+        ReplayBuffer.create_empty("zarr", tmp_path / "t.zarr").add_episode(
+            {"depth": np.zeros((3, 8, 8, 3), np.float32)}, frames="fast")

@@ -105,3 +105,20 @@ def test_in_memory_buffers_hand_out_their_numpy_arrays():
     rb = ReplayBuffer.create_empty_numpy()
     rb.add_episode({"a": np.arange(4.0)})
     assert type(rb["a"]) is np.ndarray
+
+
+def test_writes_through_a_step_array_never_leave_stale_statistics(stored, tmp_path):
+    import shutil
+
+    path, model = stored
+    shutil.copytree(path, tmp_path / "w.zarr")
+    with ReplayBuffer(tmp_path / "w.zarr") as rb:
+        before = rb.get_stats(["obs"])["obs"]["mean"]  # stored with the store now
+        np.testing.assert_allclose(before, model["obs"].astype(np.float64).mean(0), rtol=1e-6)
+        rb["obs"][0:20] = 0.0
+        want = model["obs"].astype(np.float64).copy()
+        want[0:20] = 0.0
+        np.testing.assert_allclose(rb.get_stats(["obs"])["obs"]["mean"], want.mean(0), rtol=1e-6)
+    from replaybuf_core.inspection.verify import verify_store
+
+    assert [p for p in verify_store(str(tmp_path / "w.zarr")) if p.level == "error"] == []

@@ -386,3 +386,32 @@ def test_merged_and_edited_lerobot_stores_keep_their_metadata_true(tmp_path):
     kept = np.asarray(pq.read_table(a / "data/chunk-000/episode_000001.parquet").to_pydict()["action"], dtype=np.float64)
     np.testing.assert_allclose(after.meta.stats["action"]["mean"], kept.mean(0), rtol=1e-6)  # the kept steps only
     assert after.meta.info["total_frames"] == 4 and after.meta.info["total_episodes"] == 1
+
+
+def test_a_merge_of_two_imports_numbers_every_episode_and_frame_once(tmp_path):
+    a = write_dataset(tmp_path / "a", Spec([5, 4], fps=FPS), "v2.1")
+    b = write_dataset(tmp_path / "b", Spec([3, 6], fps=FPS), "v2.1")
+    for root in (a, b):
+        assert import_dataset(root, tmp_path / f"{root.name}.zarr", progress=False).ok
+    ReplayBuffer.merge_stores([tmp_path / "a.zarr", tmp_path / "b.zarr"], tmp_path / "ab.zarr")
+    ds = LeRobotDataset(tmp_path / "ab.zarr")
+    samples = [ds[i] for i in range(len(ds))]
+    assert [int(s["index"]) for s in samples] == list(range(18))  # each source counted its own from 0
+    assert [int(s["episode_index"]) for s in samples] == [0] * 5 + [1] * 4 + [2] * 3 + [3] * 6
+    third = LeRobotDataset(tmp_path / "ab.zarr", episodes=[2])
+    assert len(third) == 3 and {int(third[i]["episode_index"]) for i in range(3)} == {2}
+    want = np.asarray(pq.read_table(b / "data/chunk-000/episode_000000.parquet").to_pydict()["action"])
+    np.testing.assert_array_equal(np.stack([third[i]["action"].numpy() for i in range(3)]), want)
+    import copy
+
+    row = ds[0]["action"]
+    assert type(row) is torch.Tensor and torch.equal(copy.deepcopy(row), row)
+
+
+def test_a_subset_import_serves_statistics_of_its_own_frames(tmp_path):
+    root = write_dataset(tmp_path / "ds", Spec([5, 4, 6], fps=FPS), "v2.1")
+    assert import_dataset(root, tmp_path / "sub.zarr", episodes="0:2", progress=False).ok
+    ds = LeRobotDataset(tmp_path / "sub.zarr")
+    kept = np.concatenate([np.asarray(pq.read_table(root / f"data/chunk-000/episode_{e:06d}.parquet")
+                                      .to_pydict()["action"], dtype=np.float64) for e in (0, 1)])
+    np.testing.assert_allclose(ds.meta.stats["action"]["mean"], kept.mean(0), rtol=1e-6)  # not the 3-episode stats.json

@@ -106,20 +106,30 @@ class EpisodeAppending:
         from replaybuf_core.layout.sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape
 
         cameras = {k: (a.shape, a.dtype) for k, a in arrays.items() if a.dtype != object and is_frames(a.shape, a.dtype)}
+        if not cameras:
+            raise ValueError(f"frames={frames!r}: the episode holds no camera frames (uint8 (T, H, W, C), C in 1, 3, "
+                             f"4); its keys: {[f'{k} {a.dtype} {a.shape}' for k, a in arrays.items()]}")
         named = [k for k in parse_frames(frames) if k != "*"]
         both = sorted(set(named) & set(compressors or {}))
         if both:
             raise ValueError(f"frames and compressors both name {both}: give each key one of them")
         choices = choose_frames(frames, cameras)
-        choices = {k: c for k, c in choices.items() if k not in existing and k not in (compressors or {})}
-        if not choices:
-            return {}
         make = getattr(self._store, "image_codec", None)
         if make is None:
             from replaybuf_core.errors import CapabilityError
 
             raise CapabilityError(f"frames: the {self.backend!r} backend has no frame codecs (image_codec); "
                                   f"store {sorted(choices)} with compressors instead")
+        from .rechunk import _same_codec
+
+        for key in [k for k in choices if k in existing]:  # a stored key keeps its codec: never a silent other
+            if not _same_codec(self._store, key, make(choices[key])):
+                raise ValueError(f"frames: {key!r} is stored as {self._store.codec('data', key)}, not "
+                                 f"{choices[key]}; appends keep a key's codec — convert it first with "
+                                 f"rb.set_frames({{{key!r}: {str(choices[key])!r}}}) (CLI: rechunk --frames)")
+        choices = {k: c for k, c in choices.items() if k not in existing and k not in (compressors or {})}
+        if not choices:
+            return {}
         out = {}
         for key, choice in choices.items():
             ck = (1,) + tuple(int(s) for s in arrays[key].shape[1:])

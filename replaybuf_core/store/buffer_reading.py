@@ -147,7 +147,7 @@ class StepReading:
         the buffer.  A no-op for in-memory backends; backends without ``pin`` ignore it.
 
         Raises KeyError naming an unknown key."""
-        keys = self.keys() if keys is None else list(keys)
+        keys = self.keys() if keys is None else [keys] if isinstance(keys, str) else list(keys)
         for key in keys:
             if key not in self:
                 raise KeyError(f"warm: no data key {key!r} (keys: {self.keys()})")

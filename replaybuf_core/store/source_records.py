@@ -80,7 +80,8 @@ def merge_records(buffers: Sequence[Any]) -> tuple[dict | None, list[np.ndarray 
         merged["stats"] = None
         merged["dropped"] = list(merged.get("dropped") or []) + [
             "stats.json: it described source 0 only (statistics: get_stats, merged over every source)"]
-        notes.append("the imported stats.json described source 0 only: dropped (the store's statistics cover all)")
+        notes.append("source 0's imported stats.json (LeRobot's statistics of that dataset alone) is not kept; "
+                     "LeRobotDataset serves the merged store's own statistics, which cover every source")
     return merged, lookups, notes
 
 

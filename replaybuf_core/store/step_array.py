@@ -33,7 +33,8 @@ class StepArray:
     another, see :mod:`replaybuf_core.store.buffer_dtypes`; string keys: ``object`` arrays of ``str``), except
     after ``warm``: then they are read-only views of the in-memory copy, as fast as NumPy's (copy one
     before writing to it).  Assignment ``a[i] = v`` / ``a[i:j] = v`` / ``a[i:j, ...] = v`` writes the
-    rows through the backend (its caches stay right); other index forms raise TypeError.
+    rows through the backend (its caches stay right; the key's stored statistics are forgotten first,
+    recomputed on the next ``get_stats``); other index forms raise TypeError.
 
     Raises:
         IndexError: a step index out of range (naming the key and the number of steps).
@@ -158,7 +159,11 @@ class StepArray:
         if not block.flags.writeable:
             block = block.copy()
         block[((0,) if _is_int(first) else (slice(None),)) + rest] = self._rb._as_stored(self._key, value, block.dtype)
-        self._rb._store.write("data", self._key, a, block)
+        from .stored_stats import forget_stats
+
+        with self._rb._mutex:
+            forget_stats(self._rb, self._key)  # first: statistics of the old rows are never served after
+            self._rb._store.write("data", self._key, a, block)
 
 
 def _is_int(k: Any) -> bool:

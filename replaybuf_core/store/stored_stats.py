@@ -276,6 +276,20 @@ class EditPlan:
         _save(buffer, self.summaries, ends, {})
 
 
+def forget_stats(buffer: Any, key: str) -> None:
+    """Forget the stored statistics of ``key`` before its committed rows are overwritten in place
+    (``rb[key][a:b] = ...``): they are recomputed on the next ``get_stats``, never served stale.
+    Imported statistics (LeRobot's ``stats.json``) go too."""
+    from .source_records import drop_imported_stats
+
+    rec = _record(buffer.store)
+    if key in rec["keys"]:
+        del rec["keys"][key]
+        buffer.store.set_attrs("meta", {RECORD: rec})
+        buffer._persist()
+    drop_imported_stats(buffer.store, f"rows of {key!r} were overwritten")
+
+
 def check_stored_stats(buffer: Any) -> list[tuple[str, str, str]]:
     """``replaybuf verify``'s check of the stored statistics of ``buffer`` (opened read-only):
     ``(level, where, message)`` for each finding.  An entry that cannot be trusted (see the module

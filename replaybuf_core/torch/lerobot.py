@@ -30,7 +30,8 @@ import torch
 from replaybuf_core.sampling.window_sampler import WindowSampler, delta_timestamps_to_steps
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
 from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
-from replaybuf_core.torch.lerobot_meta import EpisodeTable, LeRobotMeta, _episode_tasks, _store_episode_numbers
+from replaybuf_core.torch.lerobot_meta import (EpisodeTable, LeRobotMeta, _episode_tasks, _store_episode_numbers,
+                                               renumbered)
 
 __all__ = ["LeRobotDataset", "LeRobotMeta", "EpisodeTable"]
 
@@ -115,6 +116,7 @@ class LeRobotDataset(_BatchedDataset):
             self.meta = LeRobotMeta(buffer, fps, self._compute_stats, repo_id=self.repo_id, root=self.root)
             numbers = _store_episode_numbers(buffer)
             self._episode_numbers = numbers
+            self._renumbered = renumbered(buffer)  # a merge: the stored episode_index/index columns repeat
             self._episode_mask = None
             if self.episodes is not None:
                 unknown = sorted(set(self.episodes) - set(numbers.tolist()))
@@ -257,9 +259,10 @@ class LeRobotDataset(_BatchedDataset):
         sampler = self.sampler
         arrays = sampler.sample_batch(idx)
         where = sampler.locate(idx)
-        if "index" not in arrays:
+        renumber = getattr(self, "_renumbered", False)
+        if "index" not in arrays or renumber:
             arrays["index"] = where["index"]
-        if "episode_index" not in arrays:
+        if "episode_index" not in arrays or renumber:
             arrays["episode_index"] = self._episode_numbers[where["episode_index"]]
         if "frame_index" not in arrays:
             arrays["frame_index"] = where["frame_index"]
@@ -288,7 +291,8 @@ class LeRobotDataset(_BatchedDataset):
         """Sample ``idx`` (see the module docstring); IndexError out of range."""
         if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(idx).__name__}")
-        return Batch(self._samples(np.asarray([idx])), 1)[0]
+        return {k: v[0] if isinstance(v, (torch.Tensor, np.ndarray, list)) else v
+                for k, v in self._samples(np.asarray([idx])).items()}  # plain tensors (no batch rows)
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
         """Samples ``indices`` from one ``sample_batch``, as a :class:`Batch`."""

@@ -14,11 +14,25 @@ __all__ = ["LeRobotMeta", "EpisodeTable"]
 
 
 def _store_episode_numbers(buffer: Any) -> np.ndarray:
-    """LeRobot's episode_index of each store episode: the import's record, else 0..E-1."""
+    """LeRobot's episode_index of each store episode: the import's record, else 0..E-1 — also when the
+    record repeats a number (a merge of two imports: each numbered its episodes from 0), so every
+    episode keeps a number of its own (see :func:`renumbered`)."""
     store, n = buffer.store, int(buffer.n_episodes)
     if store.has_array("meta", "source_episode_index"):
-        return np.asarray(store.read("meta", "source_episode_index", 0, n), dtype=np.int64)
+        numbers = np.asarray(store.read("meta", "source_episode_index", 0, n), dtype=np.int64)
+        if np.unique(numbers).size == numbers.size:
+            return numbers
     return np.arange(n, dtype=np.int64)
+
+
+def renumbered(buffer: Any) -> bool:
+    """True when the store's own ``episode_index`` / ``index`` columns cannot number its frames (its
+    source episode numbers repeat: a merge), so samples get the store's numbering instead."""
+    store, n = buffer.store, int(buffer.n_episodes)
+    if not store.has_array("meta", "source_episode_index"):
+        return False
+    numbers = np.asarray(store.read("meta", "source_episode_index", 0, n))
+    return np.unique(numbers).size != numbers.size
 
 
 def _episode_tasks(buffer: Any) -> list[list[str]] | None:
@@ -142,6 +156,8 @@ class LeRobotMeta:
         counts = {int(np.asarray(d["count"]).ravel()[0]) for d in (self._stats or {}).values()
                   if isinstance(d, dict) and "count" in d and np.asarray(d["count"]).size}
         if counts and counts != {self.total_frames}:  # steps appended or removed since: not these frames' stats
+            self._stats = None
+        if imported_info.get("total_frames") not in (None, self.total_frames):  # a subset import, or edited since
             self._stats = None
         self._stats_from = stats_from
         ends = np.asarray(buffer.episode_ends[:], dtype=np.int64)

@@ -44,6 +44,12 @@ class BatchRow(torch.Tensor):
     def __reduce_ex__(self, protocol):  # pickled as the plain row, never with its whole batch
         return self.as_subclass(torch.Tensor).clone().__reduce_ex__(protocol)
 
+    def __deepcopy__(self, memo):  # a plain copy of the row
+        return self.as_subclass(torch.Tensor).clone()
+
+    def __repr__(self, *, tensor_contents=None):
+        return repr(self.as_subclass(torch.Tensor))
+
 
 def batch_rows(batch: torch.Tensor) -> list[BatchRow]:
     """The rows ``batch[0], batch[1], ...`` (views, no copy) as :class:`BatchRow`."""

@@ -321,7 +321,7 @@ def test_layout_rename_attrs(tmp_path):
     attrs = {"i": 3, "f": 1.5, "b": True, "t": "txt", "l": [1, "a"], "d": {"k": [1]}, "n": None}
     s.set_attrs("meta", attrs)
     got = s.get_attrs("meta")
-    assert got.pop("replaybuf_commit") == {"n_episodes": 1, "n_steps": 5}  # the buffer's commit record
+    assert got.pop("replaybuf_commit") == {"n_episodes": 1, "n_steps": 5, "generation": 0}  # the commit record
     assert got == attrs and s.get_attrs("data") == {}
     s.set_attrs("meta", {"l": 5})
     assert s.get_attrs("meta")["l"] == 5

@@ -63,3 +63,24 @@ def test_merge_command(tmp_path, capsys):
     assert main(["merge", a, str(tmp_path / "m.zarr")]) == 2
     assert "exists" in capsys.readouterr().err
     assert main(["merge", a]) == 2
+
+
+def test_a_killed_merge_leaves_nothing_the_next_merge_does_not_clean(tmp_path):
+    """A merge builds beside DST and saves its first source into that build (a build nested in the
+    build); a SIGKILL mid-merge leaves both hidden siblings, and the next merge removes them."""
+    import subprocess
+    import sys
+
+    rb = ReplayBuffer.create_empty("zarr", tmp_path / "a.zarr")
+    rb.add_episode({"x": np.arange(6.0)})
+    rb.close()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a pid no process has any more
+    outer = tmp_path / f".m.zarr.building-{dead}-0123abcd"
+    nested = tmp_path / f"..m.zarr.building-{dead}-0123abcd.building-{dead}-4567ef01"
+    for d in (outer, nested):
+        (d / "data").mkdir(parents=True)
+    assert main(["merge", str(tmp_path / "a.zarr"), str(tmp_path / "a.zarr"), str(tmp_path / "m.zarr")]) == 0
+    assert not outer.exists() and not nested.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zarr", "m.zarr"]
+    np.testing.assert_array_equal(ReplayBuffer.create_from_path(tmp_path / "m.zarr")["x"][:], np.tile(np.arange(6.0), 2))

@@ -116,10 +116,12 @@ def _refuse_replacing_what_is_not_a_store(path: Path) -> None:
 
 def _remove_stale_builds(path: Path) -> None:
     """Remove ``.<name>.building-<pid>-*`` siblings whose process is gone (a build killed by SIGKILL
-    or a power cut); a build of a live process is left alone."""
-    for p in path.parent.glob(f".{path.name}.building-*"):
+    or a power cut), and the builds nested in such a build (``..<name>.building-<pid>-*.building-*``:
+    a merge saves its first source into its own build); a build of a live process is left alone."""
+    prefix = f".{path.name}.building-"
+    for p in list(path.parent.glob(f"{prefix}*")) + list(path.parent.glob(f".{prefix}*")):
         try:
-            pid = int(p.name[len(f".{path.name}.building-"):].split("-")[0])
+            pid = int(p.name[p.name.index(prefix) + len(prefix):].split("-")[0])
         except ValueError:
             continue
         if pid == os.getpid():

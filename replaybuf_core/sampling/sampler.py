@@ -17,6 +17,7 @@ import numpy as np
 
 from replaybuf_core.sampling.sampler_indices import _check_int, create_indices, validate_index_args
 from replaybuf_core.sampling.window_index import WindowIndex
+from replaybuf_core.store.buffer_dtypes import check_dtypes
 
 __all__ = ["create_indices", "get_val_mask", "downsample_mask", "SequenceSampler", "IS_PAD_KEY"]
 
@@ -258,8 +259,7 @@ class SequenceSampler:
         dtypes: str = "source",
     ):
         buffer = replay_buffer
-        if dtypes not in ("source", "stored"):
-            raise ValueError(f"dtypes must be 'source' or 'stored', got {dtypes!r}")
+        check_dtypes(dtypes)
         if pad_mode not in _PAD_MODES:
             raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
         ends, sequence_length, mask, pad_before, pad_after, skip_initial = validate_index_args(

@@ -30,6 +30,7 @@ import numpy as np
 from replaybuf_core.sampling.sampler import _pad_value, _sample_dtype, array_like
 from replaybuf_core.sampling.sampler_indices import _check_int, validate_index_args
 from replaybuf_core.sampling.window_index import MAX_OFFSET, WindowIndex
+from replaybuf_core.store.buffer_dtypes import check_dtypes
 
 __all__ = ["WindowSampler", "delta_timestamps_to_steps", "IS_PAD_SUFFIX"]
 
@@ -149,9 +150,7 @@ class WindowSampler:
                  tolerance_s: float = 1e-4, keys: Sequence[str] | None = None,
                  pad_before: int | None = None, pad_after: int | None = None, pad_mode: str = "edge",
                  episode_mask=None, window_index: WindowIndex | None = None, dtypes: str = "source"):
-        if dtypes not in ("source", "stored"):
-            raise ValueError(f"dtypes must be 'source' or 'stored', got {dtypes!r}")
-        self.dtypes = dtypes
+        self.dtypes = check_dtypes(dtypes)
         if (delta_steps is None) == (delta_timestamps is None):
             raise TypeError("give delta_steps (offsets in steps) or delta_timestamps (seconds), exactly one")
         if pad_mode not in ("edge", "zero"):

@@ -18,7 +18,9 @@ from replaybuf_core.layout.schema import as_dataset_schema, is_uint8_image_spec
 
 from .codec_convert import to_zarr_codecs
 from .codecs import FrameCodec, JpegXLCodec
-from .sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape, validate_image_frames_per_shard
+from replaybuf_core.layout.sharding import frame_chunk_shape, frame_shard_shape
+
+from .sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, validate_image_frames_per_shard
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ def _array_plan(key: str, spec: dict[str, Any], image_codec: Any, compressor: An
     """The ``create_array`` arguments of one normalised spec (nothing created).  Raises ValueError /
     TypeError naming the key when the image codec cannot store the frames."""
     if is_uint8_image_spec(spec):
-        chunks = (1,) + tuple(spec["shape"][1:])
+        chunks = frame_chunk_shape(spec["shape"], image_codec)
         if isinstance(image_codec, FrameCodec):
             try:
                 image_codec.check_chunk_shape(chunks)
@@ -39,7 +41,7 @@ def _array_plan(key: str, spec: dict[str, Any], image_codec: Any, compressor: An
                 raise ValueError(f"array spec {key!r}: {exc}") from None
         return dict(shape=spec["shape"], dtype="uint8", chunks=chunks, serializer=image_codec,
                     compressors=None, fill_value=0,
-                    shards=get_image_shard_shape(chunks, frames_per_shard) if frames_per_shard else None)
+                    shards=frame_shard_shape(chunks, frames_per_shard) if frames_per_shard else None)
     _, comps = to_zarr_codecs(compressor if spec["needs_compressor"] else None)
     if spec["dtype"] == object:  # text: zarr's variable-length UTF-8 strings
         return dict(shape=spec["shape"], dtype=str, chunks=spec["chunks"], fill_value="", compressors=comps)

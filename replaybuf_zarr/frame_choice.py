@@ -13,6 +13,10 @@ def zarr_frame_codec(choice: Any) -> Any:
 
     if choice.codec == "jpegxl":
         return JpegXLCodec(effort=choice.effort)
+    if choice.codec == "video":
+        from .codecs.video import VideoCodec
+
+        return VideoCodec(codec=choice.bitstream, crf=choice.quality, gop=choice.gop)
     if choice.codec == "jpeg":
         return JpegCodec(quality=choice.quality, subsampling=choice.subsampling)
     if choice.lossless:

@@ -114,7 +114,7 @@ def test_codec_settings_are_written_to_zarr_json_and_read_by_plain_zarr(tmp_path
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.zarr/img")], capture_output=True,
                          text=True, check=True).stdout
     assert "(2, 16, 16, 3) JpegCodec" in out
-    assert set(FRAME_CODECS) == {"replaybuf.webp", "replaybuf.jpegxl", "replaybuf.jpeg"}
+    assert set(FRAME_CODECS) == {"replaybuf.webp", "replaybuf.jpegxl", "replaybuf.jpeg", "replaybuf.video"}
 
 
 def test_bad_codec_settings_and_frames_are_refused_by_name():

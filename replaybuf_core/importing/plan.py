@@ -26,7 +26,7 @@ from replaybuf_core.layout.chunks import get_optimal_chunks
 from replaybuf_core.layout.compressors import resolve_compressor
 from replaybuf_core.layout.frame_choice import FrameChoice
 from replaybuf_core.layout.schema import is_frame_shape
-from replaybuf_core.layout.sharding import get_image_shard_shape
+from replaybuf_core.layout.sharding import frame_chunk_shape, frame_shard_shape
 from replaybuf_core.source import KeySpec
 
 
@@ -74,7 +74,8 @@ def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, 
         chunks = (1,) + shape[1:]
         if image_codec is not None:
             codec = image_codec(choice)
-            shards = get_image_shard_shape(chunks, frames_per_shard) if frames_per_shard else None
+            chunks = frame_chunk_shape(shape, codec)
+            shards = frame_shard_shape(chunks, frames_per_shard) if frames_per_shard else None
             lossy = choice is not None and not choice.lossless
         else:  # a backend without an image codec: exact frames, compressed as numbers
             codec, shards, lossy = resolve_compressor("default"), None, False

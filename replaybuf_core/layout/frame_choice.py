@@ -12,6 +12,9 @@ Grammar of one choice (case-insensitive):
 ``webp:Q``         lossy WebP at quality Q (0..100)
 ``jpeg[:Q]``       JPEG at quality Q (1..100, default 95), no chroma subsampling (4:4:4)
 ``jpeg420[:Q]``    JPEG with 4:2:0 chroma subsampling (smaller, softer colour)
+``video[:...]``    the compact tier: each chunk of G frames one closed GOP —
+                   ``video[:h264|av1][:CRF][:gG]`` (default ``video:h264:18:g8``; AV1's default crf
+                   30); RGB frames with even sides; lossy (PSNR checked); needs PyAV
 =================  =============================================================================
 
 Per key: ``KEY=CHOICE`` pairs separated by commas, ``*`` for every other frame key
@@ -34,28 +37,36 @@ DEFAULT = "exact"
 
 #: the ``--frames`` help of every CLI command that writes frames
 FRAMES_HELP = ("camera-frame codec: exact (lossless JPEG XL, the default), fast (JPEG q95, lossy, checked by "
-               "PSNR), jpegxl[:EFFORT], webp (lossless), webp:Q, jpeg[:Q], jpeg420[:Q]; per key: "
+               "PSNR), jpegxl[:EFFORT], webp (lossless), webp:Q, jpeg[:Q], jpeg420[:Q], "
+               "video[:h264|av1][:CRF][:gFRAMES] (compact: G frames a chunk, one GOP; PyAV); per key: "
                "'KEY=CHOICE,...,*=CHOICE'")
 
-_CODECS = ("webp", "jpegxl", "jpeg", "jpeg420")
+_CODECS = ("webp", "jpegxl", "jpeg", "jpeg420", "video")
 _GRAMMAR = ("exact, fast, jpegxl[:EFFORT 1..9], webp (lossless), webp:QUALITY (0..100, lossy), "
-            "jpeg[:QUALITY 1..100] or jpeg420[:QUALITY]")
+            "jpeg[:QUALITY 1..100], jpeg420[:QUALITY] or video[:h264|av1][:CRF][:gFRAMES]")
+
+#: the video bitstreams: name → (crf range, default crf); and the default frames per chunk (GOP)
+VIDEO_CRF = {"h264": ((0, 51), 18), "av1": ((1, 63), 30)}
+VIDEO_GOP = 8
 
 
 @dataclass(frozen=True)
 class FrameChoice:
     """One camera's frame codec, backend-neutral.
 
-    ``codec``: ``"webp"``, ``"jpegxl"`` or ``"jpeg"``; ``quality``: the lossy quality (WebP 0..100,
-    JPEG 1..100), None when lossless; ``effort``: JPEG XL's effort (1..9), else None; ``subsampling``:
-    JPEG's chroma subsampling ``"444"`` / ``"420"``, else None.  ``str(choice)`` is its ``--frames``
-    spelling.
+    ``codec``: ``"webp"``, ``"jpegxl"``, ``"jpeg"`` or ``"video"``; ``quality``: the lossy quality (WebP
+    0..100, JPEG 1..100, video: the crf — lower is better), None when lossless; ``effort``: JPEG XL's
+    effort (1..9), else None; ``subsampling``: JPEG's chroma subsampling ``"444"`` / ``"420"``, else
+    None; ``bitstream``: video's ``"h264"`` / ``"av1"``, else None; ``gop``: video's frames per chunk,
+    else None.  ``str(choice)`` is its ``--frames`` spelling.
     """
 
     codec: str
     quality: int | None = None
     effort: int | None = None
     subsampling: str | None = None
+    bitstream: str | None = None
+    gop: int | None = None
 
     @property
     def lossless(self) -> bool:
@@ -67,6 +78,8 @@ class FrameChoice:
             return f"{'jpeg420' if self.subsampling == '420' else 'jpeg'}:{self.quality}"
         if self.codec == "jpegxl":
             return f"jpegxl:{self.effort}"
+        if self.codec == "video":
+            return f"video:{self.bitstream}:{self.quality}:g{self.gop}"
         return "webp" if self.quality is None else f"webp:{self.quality}"
 
 
@@ -101,8 +114,36 @@ def parse_frame_choice(spec: Any) -> FrameChoice:
         return FrameChoice("webp", None if not arg else _number(arg, "the WebP quality", 0, 100, spec))
     if name == "jpegxl":
         return FrameChoice("jpegxl", effort=1 if not arg else _number(arg, "the JPEG XL effort", 1, 9, spec))
+    if name == "video":
+        return _video_choice(arg, spec)
     quality = 95 if not arg else _number(arg, "the JPEG quality", 1, 100, spec)
     return FrameChoice("jpeg", quality, subsampling="420" if name == "jpeg420" else "444")
+
+
+def _video_choice(arg: str, spec: str) -> FrameChoice:
+    """``video[:h264|av1][:CRF][:gG]``'s arguments (in any order, each at most once)."""
+    parts = [p for p in arg.split(":")] if arg else []
+    bitstream = crf = gop = None
+    for part in parts:
+        if part in VIDEO_CRF:
+            if bitstream is not None:
+                raise ValueError(f"frames {spec!r}: the video bitstream is given twice")
+            bitstream = part
+        elif part.startswith("g"):
+            if gop is not None:
+                raise ValueError(f"frames {spec!r}: the frames per chunk (gG) are given twice")
+            gop = _number(part[1:], "the frames per chunk (gG)", 1, 1024, spec)
+        elif part.isdigit():
+            if crf is not None:
+                raise ValueError(f"frames {spec!r}: the crf is given twice")
+            crf = part
+        else:
+            raise ValueError(f"frames {spec!r}: {part!r} is not h264, av1, a crf or gFRAMES; the video "
+                             "grammar is video[:h264|av1][:CRF][:gFRAMES]")
+    bitstream = bitstream or "h264"
+    (low, high), default = VIDEO_CRF[bitstream]
+    quality = default if crf is None else _number(crf, f"the {bitstream} crf", low, high, spec)
+    return FrameChoice("video", quality, bitstream=bitstream, gop=VIDEO_GOP if gop is None else gop)
 
 
 def parse_frames(frames: Any) -> dict[str, FrameChoice]:
@@ -162,7 +203,8 @@ def check_frames_fit(key: str, choice: FrameChoice, shape: Sequence[int], dtype:
 
     Raises:
         ValueError: a codec on frames other than uint8 (all are 8-bit), JPEG on frames of 4 channels
-            (JPEG has no alpha) — naming the key and what would hold them.
+            (JPEG has no alpha), video on frames other than RGB or with an odd side — naming the key
+            and what would hold them.
     """
     import numpy as np
 
@@ -173,6 +215,13 @@ def check_frames_fit(key: str, choice: FrameChoice, shape: Sequence[int], dtype:
     if choice.codec == "jpeg" and channels == 4:
         raise ValueError(f"frames: {key!r} has 4 channels (RGBA); JPEG holds gray or RGB only — choose "
                          "'exact', 'jpegxl' or 'webp:Q' for it")
+    if choice.codec == "video":
+        if channels != 3:
+            raise ValueError(f"frames: {key!r} has {channels} channel(s); {choice} holds RGB frames only — "
+                             "choose 'exact' or 'fast' for it")
+        if len(shape) >= 3 and (int(shape[1]) % 2 or int(shape[2]) % 2):
+            raise ValueError(f"frames: {key!r} frames are {shape[1]}x{shape[2]} px; {choice} (4:2:0 chroma) "
+                             "needs even sides — choose 'exact' or 'fast' for it")
 
 
 def choose_frames(frames: Any, cameras: Mapping[str, tuple[Sequence[int], Any]], *, named_only: bool = False,

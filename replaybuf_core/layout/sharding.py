@@ -18,6 +18,8 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_IMAGE_FRAMES_PER_SHARD",
+    "frame_chunk_shape",
+    "frame_shard_shape",
     "get_image_shard_shape",
     "validate_image_frames_per_shard",
 ]
@@ -102,3 +104,21 @@ def get_image_shard_shape(image_chunks: Sequence[int], n: int) -> tuple[int, ...
             f"({chunks[0]}, axis 0 of image_chunks {chunks})"
         )
     return (n_checked, *chunks[1:])
+
+
+def frame_chunk_shape(shape: Sequence[int], codec: object) -> tuple[int, ...]:
+    """The chunk shape of a camera array of ``shape`` (steps first) stored with frame codec ``codec``:
+    ``(G, H, W[, C])``, ``G`` the codec's ``frames_per_chunk`` (1 for an image codec or any object
+    without the attribute; a video codec's GOP length)."""
+    frames = int(getattr(codec, "frames_per_chunk", 1) or 1)
+    return (frames,) + tuple(int(s) for s in shape[1:])
+
+
+def frame_shard_shape(chunks: Sequence[int], n: int) -> tuple[int, ...]:
+    """:func:`get_image_shard_shape` with ``n`` rounded up to a multiple of the frames per chunk
+    (``chunks[0]``): a shard of whole GOPs.  Raises what :func:`get_image_shard_shape` raises."""
+    n_checked = validate_image_frames_per_shard(n)
+    if n_checked is None:
+        raise TypeError("frames per shard must be an int here, got None (None means no sharding)")
+    g = max(int(chunks[0]), 1)
+    return get_image_shard_shape(chunks, -(-n_checked // g) * g)

@@ -103,7 +103,7 @@ class EpisodeAppending:
             return {}
         from replaybuf_core.layout.frame_choice import choose_frames, parse_frames
         from replaybuf_core.layout.frames import is_frames
-        from replaybuf_core.layout.sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, get_image_shard_shape
+        from replaybuf_core.layout.sharding import DEFAULT_IMAGE_FRAMES_PER_SHARD, frame_chunk_shape, frame_shard_shape
 
         cameras = {k: (a.shape, a.dtype) for k, a in arrays.items() if a.dtype != object and is_frames(a.shape, a.dtype)}
         if not cameras:
@@ -132,14 +132,15 @@ class EpisodeAppending:
             return {}
         out = {}
         for key, choice in choices.items():
-            ck = (1,) + tuple(int(s) for s in arrays[key].shape[1:])
+            codec = make(choice)
+            ck = frame_chunk_shape(arrays[key].shape, codec)
             given = (chunks or {}).get(key)
             if given is not None and tuple(int(c) for c in given) != ck:
-                raise ValueError(f"data key {key!r}: a frame codec stores one frame a chunk, chunks must be {ck}, "
-                                 f"got {tuple(given)}")
-            shards = (get_image_shard_shape(ck, DEFAULT_IMAGE_FRAMES_PER_SHARD)
+                raise ValueError(f"data key {key!r}: frame codec {choice} stores {ck[0]} frame(s) a chunk, chunks "
+                                 f"must be {ck}, got {tuple(given)}")
+            shards = (frame_shard_shape(ck, DEFAULT_IMAGE_FRAMES_PER_SHARD)
                       if CAP_SHARDS in self._store.capabilities else None)
-            out[key] = (ck, make(choice), shards)
+            out[key] = (ck, codec, shards)
         return out
 
     @_serialized

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from replaybuf_core import registry
 from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
+from replaybuf_core.layout.sharding import frame_chunk_shape, frame_shard_shape
 from replaybuf_core.locations import check_apart, is_object_url, local_path
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
 
@@ -264,15 +265,6 @@ class StoreCopying:
         shape, dtype = s.shape(group, key), s.dtype(group, key)
         src_chunks = s.chunks(group, key) if CAP_CHUNKS in s.capabilities else None
         src_shards = s.shards(group, key) if CAP_SHARDS in s.capabilities else None
-        if chunks is not None:
-            ck = tuple(int(c) for c in chunks)
-        elif src_chunks is not None:
-            ck = tuple(src_chunks)
-        else:
-            ck = get_optimal_chunks((max(shape[0], 1),) + tuple(shape[1:]), dtype)
-        shards = src_shards if (src_shards is not None and ck == src_chunks) else None
-        if CAP_SHARDS not in dst.capabilities:
-            shards = None
         if compressor == "__source__":
             codec = s.codec(group, key) if CAP_CODECS in s.capabilities else _resolve_compressor("default")
             accepts = getattr(dst, "accepts_codec", None)
@@ -282,6 +274,20 @@ class StoreCopying:
                 codec = _resolve_compressor("default")
         else:
             codec = _resolve_compressor(compressor)
+        framed = compressor != "__source__" and hasattr(codec, "frames_per_chunk")  # a new frame codec
+        if chunks is not None:
+            ck = tuple(int(c) for c in chunks)
+        elif framed:  # its frames a chunk (a video codec's GOP)
+            ck = frame_chunk_shape(shape, codec)
+        elif src_chunks is not None:
+            ck = tuple(src_chunks)
+        else:
+            ck = get_optimal_chunks((max(shape[0], 1),) + tuple(shape[1:]), dtype)
+        shards = src_shards if (src_shards is not None and ck == src_chunks) else None
+        if framed and src_shards is not None and shards is None and chunks is None:
+            shards = frame_shard_shape(ck, int(src_shards[0]))  # whole GOPs a shard
+        if CAP_SHARDS not in dst.capabilities:
+            shards = None
         return ck, codec, shards
 
     # ------------------------------------------------------------------ static helpers

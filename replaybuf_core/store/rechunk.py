@@ -112,8 +112,23 @@ class ChunkCodecEditing:
         choices, codecs = self.frame_codecs(frames)
         changed = {k: str(choices[k]) for k, c in codecs.items() if not _same_codec(self._store, k, c)}
         if changed:
-            self.set_compressors({k: codecs[k] for k in changed}, client=client)
+            self._set_frame_codecs({k: codecs[k] for k in changed}, client)
         return changed
+
+    @_serialized
+    def _set_frame_codecs(self, codecs: Mapping[str, Any], client: Any) -> None:
+        """Rewrite each key with its frame codec and the chunks it needs (a video codec: ``gop``
+        frames a chunk; an image codec: one), shards rounded to whole chunks."""
+        from replaybuf_core.layout.sharding import frame_chunk_shape, frame_shard_shape
+
+        self._require_writable()
+        for key, codec in codecs.items():
+            shape = self._store.shape("data", key)
+            chunks = frame_chunk_shape(shape, codec)
+            shards = self._store.shards("data", key) if CAP_SHARDS in self._store.capabilities else None
+            if shards is not None:
+                shards = frame_shard_shape(chunks, int(shards[0]))
+            rechunk_array(self._store, "data", key, chunks=chunks, codec=codec, shards=shards, client=client)
 
 
 def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:

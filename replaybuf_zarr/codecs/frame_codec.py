@@ -70,6 +70,8 @@ class FrameCodec(ArrayBytesCodec):
     max_side: ClassVar[int] = 65535
     #: why the side is limited (appended to the error)
     max_side_reason: ClassVar[str] = ""
+    #: frames (steps) per chunk: one for the image codecs; a video codec's GOP length
+    frames_per_chunk: ClassVar[int] = 1
     # Subclasses also provide ``lossless`` (True when decode(encode(x)) == x for every frame): a
     # class attribute, or a configuration field (WebP).
 
@@ -101,12 +103,17 @@ class FrameCodec(ArrayBytesCodec):
     @classmethod
     def check_chunk_shape(cls, chunk_shape: tuple[int, ...]) -> None:
         """Check one chunk shape: rank, one frame, channel count, side limit (ValueError naming it)."""
+        cls._check_frames_shape(chunk_shape, 1)
+
+    @classmethod
+    def _check_frames_shape(cls, chunk_shape: tuple[int, ...], frames: int) -> None:
         chunk_shape = tuple(int(s) for s in chunk_shape)
         cls._check_rank(chunk_shape, "chunk shape")
-        if chunk_shape[0] != 1:
+        if chunk_shape[0] != frames:
+            what = "exactly one frame per chunk" if frames == 1 else f"{frames} frames per chunk (its GOP)"
             raise ValueError(
-                f"{cls.__name__} stores exactly one frame per chunk: the chunk shape must be "
-                f"(1, H, W[, C]) but has {chunk_shape[0]} frames on axis 0 (chunk shape {chunk_shape})"
+                f"{cls.__name__} stores {what}: the chunk shape must be "
+                f"({frames}, H, W[, C]) but has {chunk_shape[0]} frames on axis 0 (chunk shape {chunk_shape})"
             )
         if len(chunk_shape) == 4 and chunk_shape[3] not in cls.channels:
             raise cls._channel_error(chunk_shape, "chunk shape")

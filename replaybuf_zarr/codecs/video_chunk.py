@@ -1,0 +1,112 @@
+"""The byte layout of one video chunk: the compressed packets of G frames, decodable on their own.
+
+A chunk holds one or more *segments*; each segment is a run of packets that one fresh decoder turns
+into frames: its codec (the FFmpeg codec name of the bitstream: ``"h264"``, ``"av1"``, ``"hevc"``...),
+the decoder's out-of-band setup (``extradata``: e.g. an mp4's ``avcC`` record; empty for Annex-B H.264
+and AV1 OBU streams, which carry their headers in band), the packets in decode order, and which of the
+decoded frames (in presentation order) belong to the chunk: ``skip`` frames dropped first, then
+``take`` frames kept.  The chunk's frames are the segments' kept frames, in order.
+
+replaybuf's own encoder writes one segment (one closed GOP: skip 0, take G).  Several segments, and
+``skip``, let a chunk carry packets copied from another file (a pass-through import), whose GOPs need
+not line up with the chunk grid.
+
+Layout (little-endian)::
+
+    b"RBVC"  u8 version (1)  u8 n_segments
+    per segment:
+        u8 len(codec)  codec (ASCII)
+        u32 len(extradata)  extradata
+        u16 skip  u16 take  u32 n_packets
+        u32 size × n_packets
+        packet bytes, concatenated
+
+Pure bytes: no PyAV here (:mod:`replaybuf_zarr.codecs.video` decodes).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+__all__ = ["MAGIC", "Segment", "pack_chunk", "unpack_chunk"]
+
+MAGIC = b"RBVC"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One decoder's run of packets (see the module docstring).
+
+    ``codec``: FFmpeg codec name of the bitstream; ``extradata``: decoder setup bytes (b"" for none);
+    ``skip`` / ``take``: decoded frames dropped, then kept (presentation order); ``packets``: the
+    compressed packets in decode order.
+    """
+
+    codec: str
+    extradata: bytes
+    skip: int
+    take: int
+    packets: tuple[bytes, ...]
+
+
+def pack_chunk(segments: list[Segment] | tuple[Segment, ...]) -> bytes:
+    """The chunk bytes of ``segments`` (1..255 of them).
+
+    Raises ValueError: no segments or more than 255, a codec name that is not 1..255 ASCII
+    characters, ``skip`` / ``take`` outside 0..65535.
+    """
+    if not 1 <= len(segments) <= 255:
+        raise ValueError(f"a video chunk holds 1..255 segments, got {len(segments)}")
+    out = [MAGIC, struct.pack("<BB", VERSION, len(segments))]
+    for seg in segments:
+        name = seg.codec.encode("ascii")
+        if not 1 <= len(name) <= 255:
+            raise ValueError(f"video chunk: codec name {seg.codec!r} must be 1..255 ASCII characters")
+        for what, v in (("skip", seg.skip), ("take", seg.take)):
+            if not 0 <= v <= 0xFFFF:
+                raise ValueError(f"video chunk: {what} must be in 0..65535, got {v}")
+        out += [struct.pack("<B", len(name)), name, struct.pack("<I", len(seg.extradata)), bytes(seg.extradata),
+                struct.pack("<HHI", seg.skip, seg.take, len(seg.packets))]
+        out.append(struct.pack(f"<{len(seg.packets)}I", *(len(p) for p in seg.packets)))
+        out += [bytes(p) for p in seg.packets]
+    return b"".join(out)
+
+
+def unpack_chunk(data: bytes | memoryview) -> list[Segment]:
+    """The segments of chunk bytes written by :func:`pack_chunk`.
+
+    Raises ValueError naming the byte offset: not a video chunk (magic), an unknown version, or a
+    chunk shorter or longer than its fields say (truncated or damaged).
+    """
+    view = memoryview(data).cast("B")
+    pos = 0
+
+    def take(n: int, what: str) -> memoryview:
+        nonlocal pos
+        if n < 0 or pos + n > len(view):
+            raise ValueError(f"video chunk truncated: {what} needs {n} bytes at offset {pos}, the chunk is "
+                             f"{len(view)} bytes")
+        part = view[pos:pos + n]
+        pos += n
+        return part
+
+    if bytes(take(4, "the magic")) != MAGIC:
+        raise ValueError(f"not a replaybuf video chunk (it starts {bytes(view[:4])!r}, expected {MAGIC!r})")
+    version, n_segments = struct.unpack("<BB", take(2, "the header"))
+    if version != VERSION:
+        raise ValueError(f"video chunk version {version} is not known (this replaybuf reads version {VERSION})")
+    segments = []
+    for _ in range(n_segments):
+        (n_name,) = struct.unpack("<B", take(1, "a codec name length"))
+        codec = bytes(take(n_name, "a codec name")).decode("ascii", errors="replace")
+        (n_extra,) = struct.unpack("<I", take(4, "an extradata length"))
+        extradata = bytes(take(n_extra, "extradata"))
+        skip, keep, n_packets = struct.unpack("<HHI", take(8, "a segment header"))
+        sizes = struct.unpack(f"<{n_packets}I", take(4 * n_packets, "the packet sizes"))
+        packets = tuple(bytes(take(s, f"packet {i}")) for i, s in enumerate(sizes))
+        segments.append(Segment(codec, extradata, skip, keep, packets))
+    if pos != len(view):
+        raise ValueError(f"video chunk has {len(view) - pos} bytes after its last segment (damaged)")
+    return segments

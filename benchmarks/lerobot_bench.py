@@ -7,6 +7,11 @@ the import's default frame codec (``exact``, its ``encode_frame``) on a thread p
 parquet, no matching, no writing, no checking).  Import and floor alternate (medians).  Peak RSS
 (VmHWM of a fresh interpreter) is measured on one episode of ``N`` and of ``3N`` frames: streaming
 keeps it flat, whatever the length.
+
+*Tiers*: the same dataset imported into each frame tier (``exact``, ``fast``, ``video``): CPU
+milliseconds a frame (user + system of the importing process, everything included: decode, encode,
+write, verification) and the store's bytes against the source's (parquet + mp4).  The pass-through
+import of issue 30 (keeping the source's packets) is not built: ``video`` decodes and re-encodes.
 """
 
 from __future__ import annotations
@@ -20,21 +25,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .common import Table
+from .common import Table, dir_bytes
 
 _CHILD = """
-import json, sys, time
+import json, os, sys, time
 from replaybuf_core.importing import import_dataset
-t = time.perf_counter()
-report = import_dataset(sys.argv[1], sys.argv[2], progress=False, overwrite=True)
-dt = time.perf_counter() - t
+t, c = time.perf_counter(), os.times()
+report = import_dataset(sys.argv[1], sys.argv[2], progress=False, overwrite=True, frames=sys.argv[3])
+dt, c2 = time.perf_counter() - t, os.times()
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({"seconds": dt, "ok": report.ok, "maxrss_kb": hwm, "steps": report.n_steps}))
+cpu = (c2.user - c.user) + (c2.system - c.system)
+print(json.dumps({"seconds": dt, "cpu": cpu, "ok": report.ok, "maxrss_kb": hwm, "steps": report.n_steps}))
 """
 
 
-def _import(src: Path, dst: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(dst)], check=True, capture_output=True,
+def _import(src: Path, dst: Path, frames: str = "exact") -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(dst), frames], check=True, capture_output=True,
                          text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -102,3 +108,16 @@ def run(table: Table, tmp: Path, smoke: bool) -> None:
     table.ratio("lerobot", f"peak RSS (MB), {3 * n}-frame episode", rss_long, "< 1000", rss_long < 1000)
     g = rss_long / rss_short
     table.ratio("lerobot", "peak RSS, 3x longer episode / shorter", g, "< 1.5 (flat)", g < 1.5)
+    cpu = {}
+    for tier in ("exact", "fast", "video"):
+        dst = tmp / f"lerobot_{tier}.zarr"
+        r = _import(src, dst, tier) if tier != "exact" else imports[0]
+        if not r["ok"]:
+            raise RuntimeError(f"the LeRobot benchmark import ({tier}) failed its verification")
+        if tier == "exact":
+            dst = tmp / "lerobot.zarr"
+        cpu[tier] = r["cpu"] / frames * 1e3
+        table.add("lerobot", f"import CPU a frame, frames={tier}", cpu[tier], "ms", "{:.1f}")
+        table.add("lerobot", f"store bytes / the source's, frames={tier}", dir_bytes(dst) / dir_bytes(src), "x",
+                  "{:.2f}")
+    table.ratio("lerobot", "import CPU a frame: video / exact", cpu["video"] / cpu["exact"], "(shown)", True)

@@ -1,4 +1,5 @@
-"""pluggy hook specifications of the ``replaybuf`` project: backends, import formats and CLI commands.
+"""pluggy hook specifications of the ``replaybuf`` project: backends, import and export formats and CLI
+commands.
 
 A backend package exposes a module with a ``@hookimpl``-decorated ``replaybuf_backends`` function
 and names that module in its ``[project.entry-points.replaybuf]`` table, e.g.::
@@ -34,6 +35,16 @@ def replaybuf_formats() -> list[type]:
     Each is a subclass of :class:`replaybuf_core.source.FormatEntrypoint` with a unique
     ``name``.  Called once per process; it must be cheap: import a format's readers (pyarrow, PyAV,
     h5py) only when it opens a source.
+    """
+
+
+@hookspec
+def replaybuf_export_formats() -> list[type]:
+    """Return the export-format classes this plugin provides (``replaybuf export``).
+
+    Each is a subclass of :class:`replaybuf_core.export_format.ExportFormat` with a unique ``name``.
+    Called once per process; it must be cheap: import a format's writers (pyarrow, PyAV, h5py) only
+    when it writes.
     """
 
 

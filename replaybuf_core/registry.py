@@ -21,13 +21,14 @@ import pluggy
 
 from . import hookspecs
 from .errors import BackendNotFoundError, FormatNotFoundError
+from .export_format import ExportFormat
 from .protocol import KNOWN_CAPABILITIES, BackendEntrypoint
 from .source import FormatEntrypoint
 
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "replaybuf"
-_BUILTIN_ORDER = ("numpy", "zarr", "formats")
+_BUILTIN_ORDER = ("numpy", "zarr", "formats", "exports")
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ def reload_backends() -> None:
     """Forget the cached plugin manager, backends and formats (tests; after installing a plugin in-process)."""
     _backends.cache_clear()
     _formats.cache_clear()
+    _export_formats.cache_clear()
     get_plugin_manager.cache_clear()
     _dist_of_plugin.clear()
 
@@ -313,3 +315,45 @@ def guess_format(path: str | os.PathLike) -> FormatEntrypoint:
     raise FormatNotFoundError(f"{p}: no installed import format recognises it; name the format "
                               f"(`replaybuf import FORMAT SRC DST`) or install one. {_formats_text()}. "
                               f"Formats: {needs}")
+
+
+# ------------------------------------------------------------------------------------ export formats
+@dataclass(frozen=True)
+class ExportFormatInfo:
+    """One installed export format (``replaybuf export``): its name, class instance and origin."""
+
+    name: str
+    entrypoint: ExportFormat
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+    @property
+    def description(self) -> str:
+        return self.entrypoint.description
+
+
+@functools.cache
+def _export_formats() -> dict[str, ExportFormatInfo]:
+    return {name: ExportFormatInfo(name, *rest)
+            for name, rest in _collect("replaybuf_export_formats", ExportFormat, "export format").items()}
+
+
+def list_export_formats() -> dict[str, ExportFormatInfo]:
+    """Installed export formats by name (cached per process), built-ins first."""
+    return dict(_export_formats())
+
+
+def get_export_format(name: str) -> ExportFormat:
+    """The export format called ``name``.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        FormatNotFoundError: no installed export format has that name (the message lists those
+            installed).
+    """
+    def installed() -> str:
+        return (f"installed export formats: {', '.join(sorted(_export_formats())) or 'none'} (from the 'replaybuf' "
+                "entry-point group's replaybuf_export_formats hook)")
+
+    return _lookup(_export_formats(), name, "export format", FormatNotFoundError, installed)

@@ -21,6 +21,7 @@ from . import (
     backends_cmd,
     copy_cmd,
     edit_cmd,
+    export_cmd,
     formats_cmd,
     import_cmd,
     info_cmd,
@@ -33,7 +34,7 @@ from . import (
     view_cmd,
 )
 
-CORE_COMMANDS = (backends_cmd, copy_cmd, edit_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
+CORE_COMMANDS = (backends_cmd, copy_cmd, edit_cmd, export_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
                  stats_cmd, synth_cmd, unlock_cmd, verify_cmd, view_cmd)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,7 +39,7 @@ class Beside:
 
 
 @contextmanager
-def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
+def build_beside(path: str | os.PathLike, replaceable: Callable[[Path], bool] | None = None) -> Iterator[Beside]:
     """Build a store (directory or file) beside ``path`` and swap it in at the end.
 
     Yields a :class:`Beside` whose ``path`` is a fresh hidden sibling of ``path``.  On a clean exit
@@ -48,19 +48,23 @@ def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
     directory's writer lock is held from the start to the swap.
 
     Leftover builds of dead processes beside ``path`` (a SIGKILL mid-build) are removed first.
+    ``replaceable(path)``, when given, says instead which existing ``path`` may be replaced (an
+    export's own format: a LeRobot dataset, a robomimic file); by default only a replay buffer's
+    store is.
 
     Raises:
         StoreLockedError: another process holds ``path``'s writer lock, or this process has a
             writable buffer open on it (before anything is built).
         ValueError: ``path`` is a URL (``scheme://...``): only local paths are replaced here.
         FileExistsError: ``path`` exists and is neither an empty directory nor a store an installed
-            backend recognises (a folder of other files, a document): never replaced.
+            backend recognises (or what ``replaceable`` accepts): a folder of other files, a document
+            is never replaced.
     """
     text = os.fspath(path)
     if "://" in text:
         raise ValueError(f"{text} is a URL, not a local path; replacing it in place is not supported")
     path = Path(os.path.abspath(os.path.expanduser(text)))
-    _refuse_replacing_what_is_not_a_store(path)
+    _refuse_replacing_what_is_not_a_store(path, replaceable)
     if path.is_dir() and locking.held_here(path):
         raise StoreLockedError(f"{path} is open for writing in this process (a writable ReplayBuffer on "
                                "it): close that buffer before replacing the store under it")
@@ -90,12 +94,17 @@ def build_beside(path: str | os.PathLike) -> Iterator[Beside]:
             lock.release()
 
 
-def _refuse_replacing_what_is_not_a_store(path: Path) -> None:
+def _refuse_replacing_what_is_not_a_store(path: Path, replaceable: Callable[[Path], bool] | None = None) -> None:
     """FileExistsError unless ``path`` is absent, a symlink (the link is replaced, never its target),
     an empty directory, or a replay buffer's store: it opens read-only with the backend that claims
     it and holds ``meta/episode_ends`` or data arrays (a name such as ``x.zarr`` or ``x.h5`` is not
     enough: a folder or an HDF5 file of other things is never replaced)."""
     if not path.exists() or path.is_symlink() or (path.is_dir() and not any(path.iterdir())):
+        return
+    if replaceable is not None:
+        if not replaceable(path):
+            raise FileExistsError(f"{path} exists and is not a dataset of the format being written; refusing to "
+                                  "replace it: choose another destination or remove it yourself")
         return
     from replaybuf_core.registry import guess_backend
 

@@ -1,0 +1,232 @@
+"""Export (issue 33): a store goes back out as diffusion_policy's zarr v2 and robomimic's HDF5 — every
+round trip compared with the *source* read another way (zarr / h5py on the original file), never
+with the exporter's own reader."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from shared_data import PUSHT, SHARED_DATA, requires_pusht
+
+from replaybuf_core import ReplayBuffer, registry
+from replaybuf_core.cli import main
+from replaybuf_core.errors import FormatNotFoundError
+from replaybuf_core.exporting import export_dataset
+from replaybuf_core.importing import import_dataset
+
+h5py = pytest.importorskip("h5py")
+zarr = pytest.importorskip("zarr")
+
+ROBOMIMIC = SHARED_DATA / "robomimic_indy7_reach.hdf5"
+
+
+def _h5_items(path):
+    """{dataset path: ndarray} and {object path: attrs} of an HDF5 file, read with h5py."""
+    out, attrs = {}, {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            attrs[name] = {k: obj.attrs[k] for k in obj.attrs}
+            if isinstance(obj, h5py.Dataset):
+                out[name] = obj[()]
+        f.visititems(visit)
+        attrs[""] = {k: f.attrs[k] for k in f.attrs}
+    return out, attrs
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "SUO" or b.dtype.kind in "SUO":
+        return a.tolist() == b.tolist()
+    return a.shape == b.shape and a.dtype.newbyteorder("=") == b.dtype.newbyteorder("=") and \
+        np.array_equal(a.astype(a.dtype.newbyteorder("=")), b.astype(b.dtype.newbyteorder("=")), equal_nan=True)
+
+
+# ------------------------------------------------------------------------------------------ registry
+def test_both_formats_are_found_through_the_entry_point_group():
+    found = registry.list_export_formats()
+    assert {"diffusion-policy", "robomimic"} <= set(found)
+    assert found["robomimic"].plugin == "exports"  # the built-in plugin, loaded like a third party's
+    with pytest.raises(FormatNotFoundError, match="no replaybuf export format named 'hub'.*diffusion-policy"):
+        registry.get_export_format("hub")
+
+
+# ---------------------------------------------------------------------------------- diffusion_policy
+@requires_pusht
+def test_pusht_round_trip_gives_the_source_arrays_dtypes_included(tmp_path):
+    store, out = tmp_path / "pusht.zarr", tmp_path / "out.zarr"
+    assert import_dataset(PUSHT, store, "diffusion-policy", episodes="0:4", progress=False).ok
+    report = export_dataset(store, out, "diffusion-policy", progress=False)
+    assert "bit for bit" in report.compared[0]
+    src, got = zarr.open_group(PUSHT, mode="r"), zarr.open_group(out, mode="r")
+    ends = src["meta/episode_ends"][:4]
+    assert np.array_equal(got["meta/episode_ends"][:], ends)
+    for key in src["data"].keys():  # img stored uint8 in the store goes out float32, as the source has it
+        a, b = src["data"][key], got["data"][key]
+        assert b.dtype == a.dtype and np.array_equal(b[:], a[:int(ends[-1])]), key
+    assert json.loads((out / "data" / "img" / ".zarray").read_text())["zarr_format"] == 2
+    assert json.loads((out / "data" / "img" / ".zarray").read_text())["compressor"]["cname"] == "lz4"
+
+
+@requires_pusht
+def test_episodes_renames_and_images_dtype(tmp_path):
+    store, out = tmp_path / "pusht.zarr", tmp_path / "out.zarr"
+    assert import_dataset(PUSHT, store, "diffusion-policy", episodes="0:5", progress=False).ok
+    export_dataset(store, out, "diffusion-policy", episodes="1,3:5", keys=["img", "action"],
+                   rename="img=image", images_dtype="uint8", progress=False)
+    src, got = zarr.open_group(PUSHT, mode="r"), zarr.open_group(out, mode="r")
+    e = [0] + list(src["meta/episode_ends"][:5])
+    rows = np.concatenate([np.arange(e[i], e[i + 1]) for i in (1, 3, 4)])
+    assert sorted(got["data"].keys()) == ["action", "image"]
+    assert np.array_equal(got["meta/episode_ends"][:], np.cumsum([e[i + 1] - e[i] for i in (1, 3, 4)]))
+    assert got["data/image"].dtype == np.uint8
+    assert np.array_equal(got["data/image"][:], src["data/img"].get_orthogonal_selection(rows).astype(np.uint8))
+    assert np.array_equal(got["data/action"][:], src["data/action"].get_orthogonal_selection(rows))
+
+
+def _numpy_store(lengths, rng, image_values=None):
+    rb = ReplayBuffer.create_empty_numpy()
+    for t in lengths:
+        img = rng.integers(0, 256, (t, 8, 8, 3)).astype(np.float32) if image_values is None else \
+            np.full((t, 8, 8, 3), image_values, np.float32)
+        rb.add_episode({"img": img, "action": rng.standard_normal((t, 2)).astype(np.float32),
+                        "step": np.arange(t, dtype=np.int64)})
+    return rb
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=6), data=st.data())
+def test_any_episode_selection_of_a_numpy_buffer_round_trips(tmp_path_factory, lengths, data):
+    """Against a simple model: the exported arrays are the chosen episodes' rows concatenated."""
+    rng = np.random.default_rng(len(lengths))
+    rb = _numpy_store(lengths, rng)
+    chosen = data.draw(st.lists(st.integers(0, len(lengths) - 1), min_size=1, unique=True))
+    out = tmp_path_factory.mktemp("dp") / "out.zarr"
+    export_dataset(rb, out, "diffusion-policy", episodes=chosen, progress=False)
+    got = zarr.open_group(out, mode="r")
+    model = {k: np.concatenate([rb.get_episode(i)[k] for i in chosen]) for k in rb.keys()}
+    assert np.array_equal(got["meta/episode_ends"][:], np.cumsum([lengths[i] for i in chosen]))
+    for k, v in model.items():
+        assert got[f"data/{k}"].dtype == v.dtype and np.array_equal(got[f"data/{k}"][:], v), k
+
+
+def test_bad_input_is_refused_before_anything_is_written(tmp_path):
+    rng = np.random.default_rng(0)
+    rb = _numpy_store([3, 4], rng, image_values=0.5)
+    out = tmp_path / "out.zarr"
+    with pytest.raises(ValueError, match=r"images_dtype=uint8: key 'img', episode 0 row 0 holds 0\.5"):
+        export_dataset(rb, out, "diffusion-policy", images_dtype="uint8", progress=False)
+    with pytest.raises(KeyError, match="no key 'obs'.*'img'"):
+        export_dataset(rb, out, "diffusion-policy", skip_keys=["obs"], progress=False)
+    with pytest.raises(ValueError, match="two keys would be exported as 'x'"):
+        export_dataset(rb, out, "diffusion-policy", rename="img=x,action=x", progress=False)
+    with pytest.raises(ValueError, match="index 5 is out of range"):
+        export_dataset(rb, out, "diffusion-policy", episodes="5", progress=False)
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_an_existing_destination_is_kept_unless_it_is_a_dataset_of_the_format(tmp_path):
+    rb = _numpy_store([3, 4], np.random.default_rng(1))
+    out = tmp_path / "out.zarr"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="pass --overwrite"):
+        export_dataset(rb, out, "diffusion-policy", progress=False)
+    with pytest.raises(FileExistsError, match="not a dataset of the format"):
+        export_dataset(rb, out, "diffusion-policy", overwrite=True, progress=False)
+    assert (out / "notes.txt").read_text() == "mine"
+    other = tmp_path / "dp.zarr"
+    export_dataset(rb, other, "diffusion-policy", episodes="0", progress=False)
+    export_dataset(rb, other, "diffusion-policy", episodes="1", overwrite=True, progress=False)
+    assert zarr.open_group(other, mode="r")["meta/episode_ends"][:].tolist() == [4]
+
+
+def test_a_failed_verification_or_an_interrupt_leaves_nothing_and_keeps_the_old(tmp_path, monkeypatch):
+    from replaybuf_core.exporting.diffusion_policy import DiffusionPolicyExport
+
+    rb = _numpy_store([3, 4], np.random.default_rng(2))
+    out = tmp_path / "dp.zarr"
+    export_dataset(rb, out, "diffusion-policy", episodes="0", progress=False)
+    real_write = DiffusionPolicyExport.write
+
+    def corrupting_write(self, plan, path, progress):
+        notes = real_write(self, plan, path, progress)
+        chunk = path / "data" / "action" / "0.0"
+        chunk.write_bytes(chunk.read_bytes()[:-1] + bytes([chunk.read_bytes()[-1] ^ 1]))
+        return notes
+
+    monkeypatch.setattr(DiffusionPolicyExport, "write", corrupting_write)
+    with pytest.raises(Exception, match="action|decompress|buffer"):
+        export_dataset(rb, out, "diffusion-policy", overwrite=True, progress=False)
+
+    def interrupted(self, plan, path, progress):
+        real_write(self, plan, path, progress)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DiffusionPolicyExport, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_dataset(rb, out, "diffusion-policy", overwrite=True, progress=False)
+    assert zarr.open_group(out, mode="r")["meta/episode_ends"][:].tolist() == [3]  # the old one, intact
+    assert sorted(os.listdir(tmp_path)) == ["dp.zarr"]  # no build left beside it
+
+
+# ------------------------------------------------------------------------------------------ robomimic
+@pytest.mark.skipif(not ROBOMIMIC.is_file(), reason="robomimic sample not found")
+def test_robomimic_sample_round_trips_every_dataset_and_attribute(tmp_path):
+    store, out = tmp_path / "rm.zarr", tmp_path / "out.hdf5"
+    assert import_dataset(ROBOMIMIC, store, "robomimic", progress=False).ok
+    assert main(["export", "robomimic", str(store), str(out), "--no-progress"]) == 0
+    src, src_attrs = _h5_items(ROBOMIMIC)
+    got, got_attrs = _h5_items(out)
+    assert set(got) == set(src)
+    for name, value in src.items():
+        assert _same(got[name], value), name
+    for name, attrs in src_attrs.items():
+        for k, v in attrs.items():
+            assert k in got_attrs[name] and _same(got_attrs[name][k], v), (name, k)
+
+
+def test_robomimic_masks_demo_names_and_a_trimmed_store(tmp_path):
+    from test_import_hdf5_formats import write_robomimic
+
+    src = write_robomimic(tmp_path / "src.hdf5")
+    store, out = tmp_path / "rm.zarr", tmp_path / "out.hdf5"
+    assert import_dataset(src, store, "robomimic", progress=False).ok
+    export_dataset(store, out, "robomimic", episodes="0,2,3", progress=False)
+    want, _ = _h5_items(src)
+    got, _ = _h5_items(out)
+    # robomimic's order is by demo number: demo_0, demo_2, demo_9, demo_10 -> episodes 0, 2, 3 are 0, 9, 10
+    with h5py.File(out, "r") as f:
+        assert sorted(f["data"].keys()) == ["demo_0", "demo_10", "demo_9"]
+        assert f["data"].attrs["total"] == 5 + 6 + 3
+        assert json.loads(f["data"].attrs["env_args"]) == {"env_name": "Lift", "env_kwargs": {"x": 1}}
+        assert [d.decode() for d in f["mask/train"][()]] == ["demo_0", "demo_9", "demo_10"]
+        assert list(f["mask/valid"][()]) == []
+        assert f["data/demo_9"].attrs["model_file"] == "<mujoco/>"
+    for demo in ("demo_0", "demo_9", "demo_10"):
+        for ds in ("actions", "rewards", "dones", "states", "obs/pos", "next_obs/pos", "obs/agentview_image",
+                   "obs/depth"):
+            assert _same(got[f"data/{demo}/{ds}"], want[f"data/{demo}/{ds}"]), (demo, ds)
+
+
+def test_robomimic_needs_actions_and_refuses_before_writing(tmp_path):
+    rb = _numpy_store([3, 4], np.random.default_rng(3))
+    out = tmp_path / "out.hdf5"
+    with pytest.raises(ValueError, match="no key goes to 'actions'.*--rename action=actions"):
+        export_dataset(rb, out, "robomimic", progress=False)
+    assert not out.exists()
+    report = export_dataset(rb, out, "robomimic", rename={"action": "actions", "img": "obs.agentview_image"},
+                            env_args='{"env_name": "PushT"}', progress=False)
+    assert any("demo_0" in n for n in report.notes)
+    with h5py.File(out, "r") as f:
+        assert sorted(f["data"].keys()) == ["demo_0", "demo_1"]
+        assert f["data/demo_1/obs/agentview_image"].shape == (4, 8, 8, 3)
+        assert np.array_equal(f["data/demo_1/actions"][()], rb.get_episode(1)["action"])
+        assert f["data/demo_1"].attrs["num_samples"] == 4
+    with pytest.raises(ValueError, match="env_args must be JSON"):
+        export_dataset(rb, tmp_path / "b.hdf5", "robomimic", rename="action=actions", env_args="{oops",
+                       progress=False)

@@ -230,3 +230,135 @@ def test_robomimic_needs_actions_and_refuses_before_writing(tmp_path):
     with pytest.raises(ValueError, match="env_args must be JSON"):
         export_dataset(rb, tmp_path / "b.hdf5", "robomimic", rename="action=actions", env_args="{oops",
                        progress=False)
+
+
+# ---------------------------------------------------------------------------------------------- LeRobot
+LEROBOT_V3 = SHARED_DATA / "lerobot_v3_synthetic_2cam"
+requires_lerobot_v3 = pytest.mark.skipif(not LEROBOT_V3.is_dir(), reason="LeRobot v3 fixture not found")
+
+
+def _parquet_rows(root):
+    """Every data parquet of a LeRobot dataset concatenated in file order, read with pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pa.concat_tables([pq.read_table(p) for p in sorted((root / "data").glob("chunk-*/file-*.parquet"))])
+
+
+def _episodes(root):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    return pa.concat_tables([pq.read_table(p) for p in files]).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def lerobot_store(tmp_path_factory):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    if not LEROBOT_V3.is_dir():
+        pytest.skip("LeRobot v3 fixture not found")
+    store = tmp_path_factory.mktemp("lr") / "lr.zarr"
+    assert import_dataset(LEROBOT_V3, store, "lerobot", progress=False).ok
+    return store
+
+
+@requires_lerobot_v3
+def test_lerobot_round_trip_gives_the_original_rows_tasks_episodes_and_features(lerobot_store, tmp_path):
+    out = tmp_path / "out"
+    report = export_dataset(lerobot_store, out, "lerobot", progress=False)
+    assert any("dB against the store" in c for c in report.compared)
+    info_a = json.loads((LEROBOT_V3 / "meta" / "info.json").read_text())
+    info_b = json.loads((out / "meta" / "info.json").read_text())
+    assert info_b["features"] == info_a["features"] and list(info_b["features"]) == list(info_a["features"])
+    for k in ("codebase_version", "robot_type", "fps", "total_episodes", "total_frames", "total_tasks", "splits"):
+        assert info_b[k] == info_a[k], k
+    a, b = _parquet_rows(LEROBOT_V3), _parquet_rows(out)
+    assert b.column_names == a.column_names
+    for name in a.column_names:
+        assert b.column(name).equals(a.column(name)), name
+    ea, eb = _episodes(LEROBOT_V3), _episodes(out)
+    for x, y in zip(ea, eb, strict=True):
+        assert (x["episode_index"], x["tasks"], x["length"], x["dataset_from_index"]) == \
+            (y["episode_index"], y["tasks"], y["length"], y["dataset_from_index"])
+        assert y["stats/action/count"] == [x["length"]]
+        assert np.allclose(y["stats/action/mean"], x["stats/action/mean"], atol=1e-6)
+    pd = pytest.importorskip("pandas")
+    assert pd.read_parquet(out / "meta" / "tasks.parquet").equals(pd.read_parquet(LEROBOT_V3 / "meta" / "tasks.parquet"))
+
+
+@requires_lerobot_v3
+def test_lerobot_export_in_many_files_passes_the_strict_importer_and_keeps_the_frames(lerobot_store, tmp_path):
+    import av
+
+    out, back = tmp_path / "out", tmp_path / "back.zarr"
+    export_dataset(lerobot_store, out, "lerobot", episodes="2:9", data_files_size_in_mb=0.004,
+                   video_files_size_in_mb=0.004, progress=False)
+    assert len(list((out / "data").glob("*/*.parquet"))) > 2
+    assert len(list((out / "videos" / "observation.images.front").glob("*/*.mp4"))) > 2
+    assert import_dataset(out, back, "lerobot", progress=False).ok  # our importer's strict checks
+    eps = _episodes(out)
+    assert [e["episode_index"] for e in eps] == list(range(7))
+    # each exported frame, decoded by PyAV from the exported file, against the original mp4's decode
+    original = {}
+    for e in _episodes(LEROBOT_V3)[2:9]:
+        original[e["episode_index"]] = e
+    rb = ReplayBuffer.create_from_path(lerobot_store)
+    with ReplayBuffer.create_from_path(back) as got:
+        assert got.n_episodes == 7 and np.array_equal(got.episode_lengths, rb.episode_lengths[2:9])
+        a, b = int(rb.episode_ends[1]), int(rb.episode_ends[8])
+        np.testing.assert_array_equal(got["action"][:], rb["action"][a:b])
+        # the original frames read straight from the fixture's mp4 (the store's source), not from the store
+        key = "observation.images.front"
+        e0 = original[2]
+        mp4 = LEROBOT_V3 / "videos" / key / f"chunk-{e0[f'videos/{key}/chunk_index']:03d}" / \
+            f"file-{e0[f'videos/{key}/file_index']:03d}.mp4"
+        with av.open(str(mp4)) as c:
+            frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)
+                      if f.time >= e0[f"videos/{key}/from_timestamp"] - 1e-6][:e0["length"]]
+        mine = got[key][:e0["length"]]
+        mse = np.mean((np.stack(frames).astype(np.float64) - mine) ** 2)
+        assert 10 * np.log10(255 ** 2 / mse) > 30
+    rb.close()
+
+
+def test_lerobot_from_another_store_needs_fps_and_a_task_and_refuses_what_it_cannot_hold(tmp_path):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    rng = np.random.default_rng(4)
+    rb = ReplayBuffer.create_empty_numpy()
+    from replaybuf_core.testing.lerobot_writer import frame_pixels
+
+    for e, t in enumerate((6, 5)):  # smooth moving frames, as a camera sees (noise does not survive a codec)
+        rb.add_episode({"img": np.stack([frame_pixels(0, e, i, 16, 16) for i in range(t)]),
+                        "action": rng.standard_normal((t, 2)).astype(np.float32), "step": np.arange(t)})
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"'img' has steps of shape \(8, 8, 3\).*uint8"):
+        export_dataset(_numpy_store([3], rng), out, "lerobot", fps=10, task="t", progress=False)
+    with pytest.raises(ValueError, match="no fps.*--fps"):
+        export_dataset(rb, out, "lerobot", progress=False)
+    with pytest.raises(ValueError, match="no LeRobot tasks.*--task"):
+        export_dataset(rb, out, "lerobot", fps=10, progress=False)
+    with pytest.raises(ValueError, match="'action' cannot be renamed to 'index'"):
+        export_dataset(rb, out, "lerobot", fps=10, task="t", rename="action=index", progress=False)
+    with pytest.raises(ValueError, match="below min_psnr 99"):
+        export_dataset(rb, out, "lerobot", fps=10, task="t", min_psnr=99, progress=False)
+    odd = ReplayBuffer.create_empty_numpy()
+    odd.add_episode({"cam": np.zeros((2, 5, 6, 3), np.uint8), "action": np.zeros((2, 1), np.float32)})
+    with pytest.raises(ValueError, match="camera 'cam' is 6x5; yuv420p video needs even sides"):
+        export_dataset(odd, out, "lerobot", fps=10, task="t", progress=False)
+    rgba = ReplayBuffer.create_empty_numpy()
+    rgba.add_episode({"cam": np.zeros((2, 4, 4, 4), np.uint8)})
+    with pytest.raises(ValueError, match="camera 'cam' has 4 channel.*--skip-key cam"):
+        export_dataset(rgba, out, "lerobot", fps=10, task="t", progress=False)
+    assert os.listdir(tmp_path) == []
+    report = export_dataset(rb, out, "lerobot", fps=10, task="stack", video_codec="h264", progress=False)
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["features"]["img"]["info"]["video.codec"] == "h264" and info["fps"] == 10
+    assert info["features"]["action"] == {"dtype": "float32", "shape": [2], "names": None}
+    rows = _parquet_rows(out)
+    assert rows.column("timestamp").to_pylist() == pytest.approx([i / 10 for i in range(6)] + [i / 10 for i in range(5)])
+    assert rows.column("index").to_pylist() == list(range(11))
+    assert np.array_equal(np.stack(rows.column("step").to_numpy()), np.r_[np.arange(6), np.arange(5)])
+    assert "h264" in report.notes[-1]

@@ -8,6 +8,7 @@ from replaybuf_core.hookspecs import hookimpl
 def replaybuf_export_formats():
     """Hook: the export formats this package provides (their writers load only when one writes)."""
     from .diffusion_policy import DiffusionPolicyExport
+    from .lerobot import LeRobotExport
     from .robomimic import RobomimicExport
 
-    return [DiffusionPolicyExport, RobomimicExport]
+    return [LeRobotExport, DiffusionPolicyExport, RobomimicExport]

@@ -90,7 +90,8 @@ def naive_per_frame(src: Path, dst: Path, n_episodes: int) -> float:
         return (time.perf_counter() - t) / n
 
 
-def run(table: Table, src: Path, dst: Path, smoke: bool) -> None:
+def run(table: Table, src: Path, dst: Path, smoke: bool) -> float:
+    """Import ``src`` into ``dst`` (the store later sections read); returns the import's seconds."""
     # import and encode floor alternate (three of each in the full run): the machine's speed
     # drifts over seconds, so each is the median of runs taken side by side
     imports, floors = [], []
@@ -114,6 +115,7 @@ def run(table: Table, src: Path, dst: Path, smoke: bool) -> None:
     table.ratio("ingest", "speed-up over naive writer", t_naive / t_import, "> 1", t_naive > t_import)
     if not res["ok"]:
         raise RuntimeError("the benchmark import failed its verification")
+    return t_import
 
 
 def disk(table: Table, src: Path, dst: Path) -> None:

@@ -1,6 +1,6 @@
 """Entry point: ``python -m benchmarks [--smoke]`` — one table of medians and ratios from one run.
 
-Sections: sampling, training throughput, diffusion_policy's dataset code on our store, in-place edits, statistics, ingest, imports on Dask, object
+Sections: sampling, training throughput, diffusion_policy's dataset code on our store, in-place edits, export, statistics, ingest, imports on Dask, object
 storage, step→episode index, bytes on disk, LeRobot import, frame codecs on natural frames, training reads on natural frames against a
 LeRobot-style video reader (see each module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
@@ -21,6 +21,7 @@ from . import (
     client_bench,
     distributed_bench,
     edit_bench,
+    export_bench,
     frames_bench,
     index_bench,
     ingest_bench,
@@ -62,13 +63,14 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         src = _small_source(args.source, tmp / "src.zarr", 6) if args.smoke else args.source
         dst = tmp / "imported.zarr"
-        ingest_bench.run(table, src, dst, args.smoke)
+        t_import = ingest_bench.run(table, src, dst, args.smoke)
         ingest_bench.disk(table, src, dst)
         distributed_bench.run(table, src, tmp, args.smoke)
         sampling_bench.run(table, dst, args.smoke)
         training_bench.run(table, dst, tmp, args.smoke)
         client_bench.run(table, src, dst, args.smoke)
         edit_bench.run(table, dst, tmp, args.smoke)
+        export_bench.run(table, dst, tmp, t_import)
         stats_bench.run(table, dst, args.smoke)
         object_bench.run(table, dst, tmp, args.smoke, src=src)
         index_bench.run(table, args.smoke)

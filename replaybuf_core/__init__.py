@@ -9,8 +9,11 @@ The public surface — what the README and docs use; the modules behind it may m
   :func:`downsample_mask`, :func:`delta_timestamps_to_steps`;
 * importing: :func:`import_dataset`, :func:`import_source`, and the format contract
   (:class:`FormatEntrypoint`, :class:`Source`, :class:`KeySpec`);
+* exporting: :func:`export_dataset` (LeRobot v3.0, diffusion-policy zarr v2, robomimic HDF5) and
+  the export-format contract (:class:`ExportFormat`, :class:`ExportPlan`);
 * backends: the storage protocol (:class:`StorageBackend`, :class:`BackendEntrypoint`) and the
-  registry (:func:`get_backend`, :func:`guess_backend`, :func:`list_backends`, :func:`list_formats`);
+  registry (:func:`get_backend`, :func:`guess_backend`, :func:`list_backends`, :func:`list_formats`,
+  :func:`list_export_formats`);
 * the project's errors.
 
 The PyTorch datasets are :mod:`replaybuf_core.torch` (imports torch); the conformance kit for
@@ -28,11 +31,12 @@ from .errors import (
     ReplayBufferError,
     StoreLockedError,
 )
+from .export_format import ExportFormat, ExportPlan, ExportReport
 from .layout.chunks import check_chunks_compatible, get_optimal_chunks
 from .layout.compressors import resolve_compressor
 from .layout.schema import DatasetSchema
 from .protocol import BackendEntrypoint, StorageBackend
-from .registry import get_backend, guess_backend, list_backends, list_formats
+from .registry import get_backend, guess_backend, list_backends, list_export_formats, list_formats
 from .sampling.sampler import SequenceSampler, downsample_mask, get_val_mask
 from .sampling.window_sampler import WindowSampler, delta_timestamps_to_steps
 from .source import FormatEntrypoint, KeySpec, Source
@@ -49,6 +53,9 @@ __all__ = [
     "DatasetSchema",
     "EmptyBufferError",
     "EpisodeWriter",
+    "ExportFormat",
+    "ExportPlan",
+    "ExportReport",
     "FormatEntrypoint",
     "FormatNotFoundError",
     "KeySpec",
@@ -65,6 +72,7 @@ __all__ = [
     "delta_timestamps_to_steps",
     "downsample_mask",
     "episode_of_steps",
+    "export_dataset",
     "get_backend",
     "get_episode_idxs",
     "get_optimal_chunks",
@@ -73,6 +81,7 @@ __all__ = [
     "import_dataset",
     "import_source",
     "list_backends",
+    "list_export_formats",
     "list_formats",
     "rechunk_array",
     "resolve_compressor",
@@ -85,4 +94,8 @@ def __getattr__(name: str):
         from .importing import pipeline
 
         return getattr(pipeline, name)
+    if name == "export_dataset":
+        from .exporting import run
+
+        return run.export_dataset
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,13 +28,15 @@ class ExportPlan:
 
     ``episodes``: store episode indices, in the order they are written (exported episode ``j`` is
     store episode ``episodes[j]``); ``names``: store data key → exported name (the keys chosen, in
-    the store's order, renames applied); ``options``: the format's own options (keyword → value).
+    the store's order, renames applied); ``options``: the format's own options (keyword → value);
+    ``psnr``: what a lossy format's verification measured (exported name → dB against the store).
     """
 
     rb: Any
     episodes: list[int]
     names: dict[str, str]
     options: dict[str, Any] = field(default_factory=dict)
+    psnr: dict[str, float] = field(default_factory=dict)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -73,7 +75,8 @@ class ExportPlan:
 class ExportReport:
     """What an export did: ``format``, ``dst``, ``n_episodes``, ``n_steps``, the exported names,
     ``compared`` (what verification read back and how: one line each), ``notes`` (what the format
-    decided or left out), ``seconds`` and ``bytes`` (DST on disk)."""
+    decided or left out), ``psnr`` (lossy keys: exported name → dB against the store), ``seconds``
+    and ``bytes`` (DST on disk)."""
 
     format: str
     dst: str
@@ -82,6 +85,7 @@ class ExportReport:
     names: dict[str, str]
     compared: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    psnr: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     bytes: int = 0
 

@@ -269,6 +269,8 @@ def test_lerobot_round_trip_gives_the_original_rows_tasks_episodes_and_features(
     out = tmp_path / "out"
     report = export_dataset(lerobot_store, out, "lerobot", progress=False)
     assert any("dB against the store" in c for c in report.compared)
+    assert set(report.psnr) == {"observation.images.front", "observation.images.wrist"}
+    assert min(report.psnr.values()) > 30
     info_a = json.loads((LEROBOT_V3 / "meta" / "info.json").read_text())
     info_b = json.loads((out / "meta" / "info.json").read_text())
     assert info_b["features"] == info_a["features"] and list(info_b["features"]) == list(info_a["features"])
@@ -362,3 +364,28 @@ def test_lerobot_from_another_store_needs_fps_and_a_task_and_refuses_what_it_can
     assert rows.column("index").to_pylist() == list(range(11))
     assert np.array_equal(np.stack(rows.column("step").to_numpy()), np.r_[np.arange(6), np.arange(5)])
     assert "h264" in report.notes[-1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=5), seed=st.integers(0, 2**16),
+       levels=st.integers(1, 256))
+def test_lerobot_statistics_against_numpy_over_the_values_themselves(sizes, seed, levels):
+    """Frame statistics from histograms equal numpy's over the scaled pixels; the dataset's mean,
+    std, min, max and count equal those of all episodes' rows pooled."""
+    from replaybuf_core.exporting.lerobot import stats as lr_stats
+
+    rng = np.random.default_rng(seed)
+    frames = [rng.integers(0, levels, (n, 3, 2, 3), dtype=np.uint8) for n in sizes]
+    for f in frames:
+        got = lr_stats.episode_stats(f, camera=True)
+        x = f.reshape(-1, 3).astype(np.float64) / 255
+        assert got["count"].tolist() == [len(f)]
+        for name, ref in {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0),
+                          **{k: np.quantile(x, q, axis=0) for k, q in lr_stats.QUANTILES.items()}}.items():
+            np.testing.assert_allclose(got[name].reshape(3), ref, atol=1e-12, err_msg=name)
+    values = [rng.standard_normal((n, 2)) for n in sizes]
+    total = lr_stats.aggregate([lr_stats.episode_stats(v, camera=False) for v in values])
+    pooled = np.concatenate(values)
+    assert total["count"].tolist() == [len(pooled)]
+    for name, ref in {"min": pooled.min(0), "max": pooled.max(0), "mean": pooled.mean(0), "std": pooled.std(0)}.items():
+        np.testing.assert_allclose(total[name], ref, atol=1e-9, err_msg=name)

@@ -39,7 +39,8 @@ def test_every_markdown_file_with_python_is_covered():
     """A new document with Python in it gets a test here too."""
     with_python = {str(p.relative_to(ROOT)) for p in [*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"),
                                                      *ROOT.glob("plugins/*/README.md")] if snippets(p)}
-    assert with_python == {"README.md", "docs/backends.md", "docs/formats.md", "plugins/replaybuf-hdf5/README.md"}
+    assert with_python == {"README.md", "docs/backends.md", "docs/exports.md", "docs/formats.md",
+                           "plugins/replaybuf-hdf5/README.md"}
 
 
 @requires_pusht
@@ -157,3 +158,23 @@ def test_the_format_guide_snippet_imports_a_directory_of_npz_episodes(tmp_path):
             got = rb.get_episode(i)
             for key, value in ep.items():
                 np.testing.assert_array_equal(got[key], value)
+
+
+def test_the_export_guide_snippet_writes_and_verifies_npz_episodes(tmp_path):
+    from replaybuf_core import ReplayBuffer, export_dataset
+
+    (line, code), = snippets(ROOT / "docs" / "exports.md")
+    namespace: dict = {"__name__": "my_package.replaybuf_plugin"}
+    run(ROOT / "docs" / "exports.md", line, code, namespace)
+    rb = ReplayBuffer.create_empty_numpy()
+    rng = np.random.default_rng(0)
+    episodes = [{"obs": rng.normal(size=(n, 3)).astype(np.float32)} for n in (4, 7)]
+    for ep in episodes:
+        rb.add_episode(ep)
+    fmt = namespace["NpzExport"]()
+    assert [f.name for f in namespace["replaybuf_export_formats"]()] == ["npz-episodes"]
+    report = export_dataset(rb, tmp_path / "out", fmt, episodes="1,0", rename="obs=o", progress=False)
+    assert report.compared == ["npz: every array read back with numpy, equal to the store"]
+    for j, i in enumerate((1, 0)):  # exported in the order asked
+        with np.load(tmp_path / "out" / f"episode_{j}.npz") as z:
+            np.testing.assert_array_equal(z["o"], episodes[i]["obs"])

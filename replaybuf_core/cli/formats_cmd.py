@@ -1,4 +1,5 @@
-"""``replaybuf formats``: list installed import formats, where they come from and what they need."""
+"""``replaybuf formats``: list installed import and export formats, where they come from and what they
+need."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from replaybuf_core import registry
 
 def register(sub) -> None:
     """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
-    p = sub.add_parser("formats", help="list installed import formats (replaybuf import FORMAT ...)")
+    p = sub.add_parser("formats", help="list installed import and export formats (replaybuf import / export FORMAT ...)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -17,18 +18,19 @@ def register(sub) -> None:
 def run(args) -> int:
     """Print the formats; returns 0."""
     rows = [
-        {"name": info.name, "distribution": info.distribution, "version": info.version,
+        {"name": info.name, "direction": direction, "distribution": info.distribution, "version": info.version,
          "description": info.description, "extra": info.entrypoint.requires,
          "ready": registry.extra_ready(info.entrypoint.requires)}
-        for info in registry.list_formats().values()
+        for direction, found in (("import", registry.list_formats()), ("export", registry.list_export_formats()))
+        for info in found.values()
     ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     width = max([16] + [len(r["name"]) for r in rows])
-    print(f"{'format':<{width}} {'distribution':<16} {'ready':<6} description")
+    print(f"{'format':<{width}} {'way':<7}{'distribution':<16} {'ready':<6} description")
     for r in rows:
         ready = "yes" if r["ready"] else "no"
         need = "" if r["ready"] else f"  (pip install 'replaybuf[{r['extra']}]')"
-        print(f"{r['name']:<{width}} {str(r['distribution']):<16} {ready:<6} {r['description']}{need}")
+        print(f"{r['name']:<{width}} {r['direction']:<7}{str(r['distribution']):<16} {ready:<6} {r['description']}{need}")
     return 0

@@ -185,8 +185,8 @@ class RobomimicExport(ExportFormat):
                 got = [d.decode() for d in f[f"mask/{m[len('mask.'):]}"][()]]
                 if got != [d for d, on in zip(demos, flags) if on]:
                     raise ValueError(f"{path}: mask/{m[len('mask.'):]} read back differs from meta/{m}")
-        return [f"robomimic: {len(plan.episodes)} demos x {len(paths)} datasets read back with h5py, equal to the store "
-                "bit for bit (dtypes included); num_samples, total and masks checked"]
+        return [(f"robomimic: {len(plan.episodes)} demos x {len(paths)} datasets read back with h5py, equal to the store "
+                 "bit for bit (dtypes included); num_samples, total and masks checked")]
 
     def recognises(self, path) -> bool:
         try:

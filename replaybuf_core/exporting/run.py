@@ -122,6 +122,7 @@ def _export(rb, dst: Path, fmt: ExportFormat, episodes, keys, skip_keys, rename,
         finally:
             bar.close()
         report.compared = fmt.verify(plan, beside.path)
+        report.psnr = dict(plan.psnr)
         report.bytes = _disk_bytes(os.fspath(beside.path))
     report.notes = notes
     report.seconds = time.perf_counter() - t0

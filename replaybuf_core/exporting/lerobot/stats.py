@@ -34,8 +34,7 @@ def episode_stats(values: np.ndarray, camera: bool) -> dict[str, np.ndarray]:
     over pixels scaled to 0..1 and ``count`` the frames looked at, as LeRobot's).  Other values
     give arrays of the step's shape (``(1,)`` for a scalar step); ``count`` is ``(1,)`` int64."""
     if camera:
-        x = values.astype(np.float64).reshape(-1, values.shape[-1]) / 255.0
-        def shape(v): return np.asarray(v, dtype=np.float64).reshape(-1, 1, 1)
+        return _frame_stats(np.asarray(values, dtype=np.uint8))
     else:
         x = values.astype(np.float64).reshape(len(values), -1)
         step = values.shape[1:] or (1,)
@@ -61,3 +60,31 @@ def aggregate(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     for name in QUANTILES:
         out[name] = wsum(name)
     return out
+
+
+def _frame_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`episode_stats` of uint8 frames from each channel's 256-bin histogram: the same values
+    as over the pixels themselves (quantiles by numpy's default linear interpolation between order
+    statistics), without sorting them."""
+    c = frames.shape[-1]
+    flat = frames.reshape(-1, c)
+    n = len(flat)
+    levels = np.arange(256, dtype=np.float64)
+    out: dict[str, list[float]] = {k: [] for k in ("min", "max", "mean", "std", *QUANTILES)}
+    for ch in range(c):
+        counts = np.bincount(flat[:, ch], minlength=256).astype(np.float64)
+        cum = np.cumsum(counts)
+        mean = float(counts @ levels) / n
+        out["min"].append(float(np.flatnonzero(counts)[0]))
+        out["max"].append(float(np.flatnonzero(counts)[-1]))
+        out["mean"].append(mean)
+        out["std"].append(float(np.sqrt(max(counts @ (levels - mean) ** 2 / n, 0.0))))
+        for name, q in QUANTILES.items():
+            pos = q * (n - 1)
+            lo = int(np.floor(pos))
+            v_lo = float(np.searchsorted(cum, lo, side="right"))  # the value of order statistic lo
+            v_hi = float(np.searchsorted(cum, min(lo + 1, n - 1), side="right"))
+            out[name].append(v_lo + (pos - lo) * (v_hi - v_lo))
+    result = {k: np.asarray(v, dtype=np.float64).reshape(c, 1, 1) / 255.0 for k, v in out.items()}
+    result["count"] = np.array([len(frames)], dtype=np.int64)
+    return result

@@ -4,8 +4,9 @@ reads (``ReplayBuffer.copy_from_path`` / ``create_from_path`` with zarr 2.x).
 Layout (real-stanford/diffusion_policy, ``diffusion_policy/common/replay_buffer.py``): a zarr v2 group
 holding ``data/<key>`` arrays (time on axis 0, the episodes' rows concatenated) and
 ``meta/episode_ends`` (int64, cumulative step counts).  Arrays are written as its own writer writes
-them by default: Blosc (lz4, clevel 5, no shuffle) in chunks of whole steps of about 2 MB
-(``get_optimal_chunks``' target).  Keys keep the dtype the source stored (a diffusion-policy import's
+them: in chunks of whole steps of about 2 MB (``get_optimal_chunks``' target), compressed with one
+of its two presets — ``"disk"`` (the default here: Blosc zstd clevel 5 bit-shuffled, what Push-T
+was published with) or ``"default"`` (Blosc lz4 clevel 5, no shuffle: faster to decode, larger).  Keys keep the dtype the source stored (a diffusion-policy import's
 float32 images go out float32); ``images_dtype="uint8"`` writes camera keys as uint8 (refused when a
 value is not an integer in 0..255).
 
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.export_format import ExportFormat, ExportPlan
+from replaybuf_core.layout.compressors import COMPRESSOR_PRESETS, resolve_compressor
 
 __all__ = ["DiffusionPolicyExport", "chunk_length"]
 
@@ -43,17 +45,16 @@ def _is_camera(step_shape: tuple[int, ...]) -> bool:
     return len(step_shape) == 3 and step_shape[-1] in (1, 3, 4)
 
 
-def _compressor():
-    import numcodecs
-
-    return numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.NOSHUFFLE)
+def _compressor(plan: ExportPlan):
+    return resolve_compressor(plan.options.get("compressor") or "disk")
 
 
 class DiffusionPolicyExport(ExportFormat):
     """``diffusion-policy``: a zarr v2 ``data/`` + ``meta/episode_ends`` group (see the module docstring).
 
-    Option ``images_dtype``: None (the source's dtype), ``"uint8"`` or ``"float32"`` for camera keys
-    (steps of shape ``(H, W, C)``, C in 1, 3, 4).
+    Options: ``images_dtype``: None (the source's dtype), ``"uint8"`` or ``"float32"`` for camera
+    keys (steps of shape ``(H, W, C)``, C in 1, 3, 4); ``compressor``: ``"disk"`` (default) or
+    ``"default"``, diffusion_policy's presets.
     """
 
     name = "diffusion-policy"
@@ -62,7 +63,9 @@ class DiffusionPolicyExport(ExportFormat):
     def add_arguments(self, group) -> list[str]:
         group.add_argument("--images-dtype", dest="images_dtype", choices=IMAGES_DTYPES, default=None,
                            help="diffusion-policy: write camera keys in this dtype (default: the source's)")
-        return ["images_dtype"]
+        group.add_argument("--dp-compressor", dest="compressor", choices=COMPRESSOR_PRESETS, default=None,
+                           help="diffusion-policy: its compressor preset (default disk: zstd; default: lz4)")
+        return ["images_dtype", "compressor"]
 
     def _out_dtype(self, plan: ExportPlan, key: str) -> np.dtype:
         shape, dtype = plan.step_spec(key)
@@ -73,6 +76,8 @@ class DiffusionPolicyExport(ExportFormat):
         want = plan.options.get("images_dtype")
         if want is not None and want not in IMAGES_DTYPES:
             raise ValueError(f"images_dtype must be one of {IMAGES_DTYPES} or None, got {want!r}")
+        if plan.options.get("compressor") not in (None, *COMPRESSOR_PRESETS):
+            raise ValueError(f"compressor must be one of {COMPRESSOR_PRESETS}, got {plan.options['compressor']!r}")
         for key, name in plan.names.items():
             _, dtype = plan.step_spec(key)
             if dtype.kind not in "biuf":
@@ -97,7 +102,7 @@ class DiffusionPolicyExport(ExportFormat):
             dtype = self._out_dtype(plan, key)
             length = chunk_length(shape, dtype, n)
             arr = root.create_array(f"data/{name}", shape=(n, *shape), dtype=dtype, chunks=(length, *shape),
-                                    compressors=_compressor(), fill_value=0)
+                                    compressors=_compressor(plan), fill_value=0)
             pending: list[np.ndarray] = []
             held = written = 0
             for j in range(len(plan.episodes)):
@@ -115,9 +120,9 @@ class DiffusionPolicyExport(ExportFormat):
                 arr[written:written + held] = np.concatenate(pending)
         ends = np.cumsum(plan.lengths).astype(np.int64)
         root.create_array("meta/episode_ends", shape=ends.shape, dtype=np.int64, chunks=ends.shape or (1,),
-                          compressors=_compressor(), fill_value=0)[:] = ends
-        return [f"zarr v2, Blosc lz4 clevel 5; chunks of about {TARGET_CHUNK_BYTES / 1e6:.0f} MB (diffusion_policy's "
-                "own writer's defaults)"]
+                          compressors=_compressor(plan), fill_value=0)[:] = ends
+        return [f"zarr v2, diffusion_policy's {plan.options.get('compressor') or 'disk'!r} compressor "
+                f"({_compressor(plan)}); chunks of about {TARGET_CHUNK_BYTES / 1e6:.0f} MB as its writer makes them"]
 
     def _convert(self, plan: ExportPlan, key: str, j: int, dtype: np.dtype) -> np.ndarray:
         block = plan.read(key, j)

@@ -390,3 +390,24 @@ def test_lerobot_statistics_against_numpy_over_the_values_themselves(sizes, seed
     assert total["count"].tolist() == [len(pooled)]
     for name, ref in {"min": pooled.min(0), "max": pooled.max(0), "mean": pooled.mean(0), "std": pooled.std(0)}.items():
         np.testing.assert_allclose(total[name], ref, atol=1e-9, err_msg=name)
+
+
+@requires_lerobot_v3
+def test_lerobot_cameras_as_png_images_come_back_bit_for_bit(lerobot_store, tmp_path):
+    out, back = tmp_path / "out", tmp_path / "back.zarr"
+    report = export_dataset(lerobot_store, out, "lerobot", episodes="0:3", images=True, progress=False)
+    assert not (out / "videos").exists() and "imagecodecs" in report.compared[0]
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["features"]["observation.images.wrist"] == {"dtype": "image", "shape": [48, 64, 3],
+                                                            "names": ["height", "width", "channel"]}
+    from PIL import Image
+    import io
+
+    cell = _parquet_rows(out).column("observation.images.front")[5].as_py()
+    frame = np.asarray(Image.open(io.BytesIO(cell["bytes"])))  # the parquet cell read by Pillow directly
+    assert import_dataset(out, back, "lerobot", progress=False).ok
+    with ReplayBuffer.create_from_path(lerobot_store) as rb, ReplayBuffer.create_from_path(back) as got:
+        n = int(rb.episode_ends[2])
+        for key in ("observation.images.front", "observation.images.wrist"):
+            np.testing.assert_array_equal(got[key][:], rb[key][:n])
+        np.testing.assert_array_equal(frame, rb["observation.images.front"][5])

@@ -11,7 +11,9 @@ with the five bookkeeping columns ``timestamp`` (float32 seconds), ``frame_index
 ``episode_index``, ``index`` and ``task_index`` (int64), which the export writes itself.
 
 A camera is a key stored as uint8 ``(H, W, 3)`` steps (also one a diffusion-policy import reads as
-float32 0..255): it becomes a video feature, its frames read as stored (uint8).
+float32 0..255): it becomes a video feature, its frames read as stored (uint8) — or, asked for, an
+``image`` feature: PNG bytes in the parquet (a ``{bytes, path}`` struct column, Hugging Face
+``datasets``' ``Image``), lossless.
 """
 
 from __future__ import annotations
@@ -23,22 +25,31 @@ import numpy as np
 
 from replaybuf_core.export_format import ExportPlan
 
-__all__ = ["BOOKKEEPING", "Column", "arrow_column", "bookkeeping_features", "column_values", "plan_columns"]
+__all__ = ["BOOKKEEPING", "Column", "arrow_column", "bookkeeping_features", "column_values", "plan_columns",
+           "png_column"]
 
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 
 @dataclass
 class Column:
-    """One exported feature: store ``key``, exported ``name``, ``video`` or not, the step ``shape``
-    and ``dtype`` written, and its info.json ``feature``."""
+    """One exported feature: store ``key``, exported ``name``, ``kind`` (``"video"``, ``"image"``
+    or ``"value"``), the step ``shape`` and ``dtype`` written, and its info.json ``feature``."""
 
     key: str
     name: str
-    video: bool
+    kind: str
     shape: tuple[int, ...]
     dtype: np.dtype
     feature: dict[str, Any]
+
+    @property
+    def video(self) -> bool:
+        return self.kind == "video"
+
+    @property
+    def camera(self) -> bool:
+        return self.kind in ("video", "image")
 
 
 def bookkeeping_features() -> dict[str, dict[str, Any]]:
@@ -47,9 +58,10 @@ def bookkeeping_features() -> dict[str, dict[str, Any]]:
             for n in BOOKKEEPING}
 
 
-def plan_columns(plan: ExportPlan, fps: float, codec_for) -> list[Column]:
+def plan_columns(plan: ExportPlan, fps: float, codec_for, images: bool = False) -> list[Column]:
     """The exported features of ``plan`` (its keys but the bookkeeping ones): cameras first, each
-    group in a LeRobot import's feature order, then the store's.  ``codec_for(key)`` gives a camera's info.json ``video.codec``.
+    group in a LeRobot import's feature order, then the store's.  ``codec_for(key)`` gives a camera's
+    info.json ``video.codec``; ``images`` makes cameras PNG ``image`` features instead of videos.
 
     Raises ValueError naming the key: text or object values, a uint8 image that is not RGB (gray,
     RGBA: LeRobot's videos are RGB), a camera with an odd side (yuv420p needs even sides), a name
@@ -73,12 +85,18 @@ def plan_columns(plan: ExportPlan, fps: float, codec_for) -> list[Column]:
             if c != 3:
                 raise ValueError(f"LeRobot export: camera {key!r} has {c} channel(s); LeRobot's videos are RGB — "
                                  f"leave it out with --skip-key {key}")
+            names = ["height", "width", "channel"]
+            if images:
+                cameras.append(Column(key, name, "image", shape, np.dtype(np.uint8),
+                                      {"dtype": "image", "shape": [h, w, 3], "names": names}))
+                continue
             if h % 2 or w % 2:
-                raise ValueError(f"LeRobot export: camera {key!r} is {w}x{h}; yuv420p video needs even sides")
+                raise ValueError(f"LeRobot export: camera {key!r} is {w}x{h}; yuv420p video needs even sides "
+                                 "(or export it as PNG images: --lerobot-images)")
             info = {"video.height": h, "video.width": w, "video.codec": codec_for(key), "video.pix_fmt": "yuv420p",
                     "video.is_depth_map": False, "video.fps": fps, "video.channels": 3, "has_audio": False}
-            feature = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channel"], "info": info}
-            cameras.append(Column(key, name, True, shape, np.dtype(np.uint8), feature))
+            feature = {"dtype": "video", "shape": [h, w, 3], "names": names, "info": info}
+            cameras.append(Column(key, name, "video", shape, np.dtype(np.uint8), feature))
             continue
         if dtype.kind not in "biuf":
             raise ValueError(f"LeRobot export: key {key!r} holds {dtype} values, which LeRobot's numeric features "
@@ -90,7 +108,7 @@ def plan_columns(plan: ExportPlan, fps: float, codec_for) -> list[Column]:
         lr_shape = list(shape) if shape and shape != (1,) else [1]
         names = source.get("names") if list(source.get("shape") or []) == lr_shape else None
         feature = {"dtype": dtype.name, "shape": lr_shape, "names": names}
-        values.append(Column(key, name, False, shape, dtype, feature))
+        values.append(Column(key, name, "value", shape, dtype, feature))
     # a LeRobot import's feature order (its key_attrs), then the store's: cameras first, as LeRobot lists them
     position = {k: i for i, k in enumerate(kept)}
     def order(c: Column): return (position.get(c.key, len(position)), list(plan.names).index(c.key))
@@ -111,6 +129,22 @@ def arrow_column(values: np.ndarray):
         return pa.FixedSizeListArray.from_arrays(flat, step[0])
     inner = pa.FixedSizeListArray.from_arrays(flat, step[1])
     return pa.ListArray.from_arrays(pa.array(np.arange(0, t * step[0] + 1, step[0], dtype=np.int32)), inner)
+
+
+def png_column(frames: np.ndarray):
+    """The parquet column of ``(T, H, W, 3)`` uint8 frames as LeRobot's ``image`` features hold them:
+    ``{bytes: PNG, path: null}`` structs (PNG by Pillow)."""
+    import io
+
+    import pyarrow as pa
+    from PIL import Image
+
+    out = []
+    for frame in frames:
+        buf = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG", compress_level=1)
+        out.append({"bytes": buf.getvalue(), "path": None})
+    return pa.array(out, type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
 
 
 def column_values(column, step: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -41,7 +41,7 @@ import numpy as np
 from replaybuf_core.export_format import ExportFormat, ExportPlan
 
 from . import stats as lr_stats
-from .features import BOOKKEEPING, Column, arrow_column, bookkeeping_features, column_values, plan_columns
+from .features import BOOKKEEPING, Column, arrow_column, bookkeeping_features, column_values, plan_columns, png_column
 from .video import CODECS, DEFAULT_CRF, VideoFile, decode_frames
 
 __all__ = ["LeRobotExport"]
@@ -80,7 +80,8 @@ class LeRobotExport(ExportFormat):
     Options: ``task`` (the task text of every frame when the store has no LeRobot tasks), ``fps``
     (when the store has none), ``robot_type``, ``video_codec`` (``"av1"`` or ``"h264"`` for cameras
     whose source was neither), ``crf`` (default 30 for AV1, 23 for H.264), ``min_psnr`` (dB, 30),
-    ``data_files_size_in_mb`` (100), ``video_files_size_in_mb`` (500).
+    ``data_files_size_in_mb`` (100), ``video_files_size_in_mb`` (500), ``images`` (cameras as PNG
+    ``image`` features in the parquet instead of videos: lossless, larger).
     """
 
     name = "lerobot"
@@ -97,7 +98,9 @@ class LeRobotExport(ExportFormat):
         group.add_argument("--crf", type=int, default=None, help="lerobot: video CRF (default 30 for av1, 23 for h264)")
         group.add_argument("--min-psnr", dest="min_psnr", type=float, default=None,
                            help="lerobot: refuse the export when a camera's video decodes below this PSNR (dB, 30)")
-        return ["task", "fps", "robot_type", "video_codec", "crf", "min_psnr"]
+        group.add_argument("--lerobot-images", dest="images", action="store_true", default=None,
+                           help="lerobot: cameras as PNG image features in the parquet (lossless) instead of mp4")
+        return ["task", "fps", "robot_type", "video_codec", "crf", "min_psnr", "images"]
 
     # ------------------------------------------------------------------------------ the plan
     def _source(self, plan: ExportPlan) -> dict[str, Any]:
@@ -135,7 +138,8 @@ class LeRobotExport(ExportFormat):
 
     def _layout(self, plan: ExportPlan) -> tuple[float, list[Column], dict[int, str], str | None]:
         fps = self._fps(plan)
-        return (fps, plan_columns(plan, fps, self._codec_for(plan)), *self._tasks(plan))
+        columns = plan_columns(plan, fps, self._codec_for(plan), images=bool(plan.options.get("images")))
+        return (fps, columns, *self._tasks(plan))
 
     def check(self, plan: ExportPlan) -> list[str]:
         _pa()
@@ -159,15 +163,17 @@ class LeRobotExport(ExportFormat):
             notes.append(f"{', '.join(changed)}: the store's values differ from LeRobot's definition (after trims, merges "
                          "or a subset of episodes): written as LeRobot defines them (timestamp = frame_index / fps, index "
                          "over the exported rows, episodes numbered 0.. in export order)")
-        floats = [c.key for c in columns if c.video and plan.step_spec(c.key)[1] != np.uint8]
+        floats = [c.key for c in columns if c.camera and plan.step_spec(c.key)[1] != np.uint8]
         if floats:
-            notes.append(f"{', '.join(floats)}: read as {plan.step_spec(floats[0])[1]} but stored uint8; encoded as video")
-        ones = [c.key for c in columns if not c.video and c.shape == (1,)]
+            notes.append(f"{', '.join(floats)}: read as {plan.step_spec(floats[0])[1]} but stored uint8; written as "
+                         "uint8 frames")
+        ones = [c.key for c in columns if c.kind == "value" and c.shape == (1,)]
         if ones:
             notes.append(f"{', '.join(ones)}: steps of shape (1,) are LeRobot shape-[1] features, plain parquet columns "
                          "(an import of the export reads them as scalars)")
         if not any(c.video for c in columns):
-            notes.append("no camera keys: the dataset has no videos/")
+            notes.append("no videos/: " + ("cameras as PNG images in the parquet" if any(c.camera for c in columns)
+                                           else "no camera keys"))
         return notes
 
     # ------------------------------------------------------------------------------ writing
@@ -202,12 +208,13 @@ class LeRobotExport(ExportFormat):
                 ep_stats: dict[str, dict] = {}
                 cols: dict[str, Any] = {}
                 for c in columns:
-                    if c.video:
-                        continue
-                    v = plan.read(c.key, j)
-                    cols[c.name] = arrow_column(v)
-                    ep_stats[c.name] = lr_stats.episode_stats(v, camera=False)
-                    progress(t)
+                    if c.kind == "value":
+                        v = plan.read(c.key, j)
+                        cols[c.name] = arrow_column(v)
+                        ep_stats[c.name] = lr_stats.episode_stats(v, camera=False)
+                        progress(t)
+                    elif c.kind == "image":
+                        cols[c.name], ep_stats[c.name] = self._png_episode(plan, c, a, b, progress)
                 book = self._bookkeeping(plan, j, t, index, fps, task_key)
                 for n, v in book.items():
                     cols[n] = pa.array(v)
@@ -257,6 +264,17 @@ class LeRobotExport(ExportFormat):
         self._write_meta(plan, path, fps, columns, tasks, records, all_stats, data_mb, video_mb)
         return [f"{len(cams)} camera(s) as video ({', '.join(sorted({c.feature['info']['video.codec'] for c in cams}))}, "
                 f"GOP 2), {data_files.chunk * CHUNKS_SIZE + data_files.file} data file(s)"] if cams else []
+
+    def _png_episode(self, plan: ExportPlan, c: Column, a: int, b: int, progress):
+        """The PNG column and the statistics of rows ``a:b`` of camera ``c``."""
+        pa, _ = _pa()
+        sample, sampled, parts = lr_stats.frame_sample(b - a), [], []
+        for s in range(a, b, READ_FRAMES):
+            frames = np.asarray(plan.rb.store.read("data", c.key, s, min(b, s + READ_FRAMES)))
+            parts.append(png_column(frames))
+            sampled.append(frames[sample[(sample >= s - a) & (sample < s - a + len(frames))] - (s - a)])
+            progress(len(frames))
+        return pa.concat_arrays(parts), lr_stats.episode_stats(np.concatenate(sampled), camera=True)
 
     def _rewritten(self, plan: ExportPlan, fps: float, task_key: str | None) -> dict[str, bool]:
         """The store's own bookkeeping keys (but the task key) → whether they differ from what the
@@ -331,20 +349,38 @@ class LeRobotExport(ExportFormat):
                 tables[where] = pq.read_table(path / DATA_PATH.format(chunk_index=where[0], file_index=where[1]))
                 offsets[where] = rec["dataset_from_index"]
             rows = tables[where].slice(rec["dataset_from_index"] - offsets[where], rec["length"])
-            expected = {c.name: plan.read(c.key, j) for c in columns if not c.video}
+            expected = {c.name: plan.read(c.key, j) for c in columns if c.kind == "value"}
             expected.update(self._bookkeeping(plan, j, rec["length"], rec["dataset_from_index"], fps, task_key))
+            for c in (c for c in columns if c.kind == "image"):
+                self._verify_pngs(plan, path, c, j, rows.column(c.name))
             for name, want in expected.items():
                 got = column_values(rows.column(name), want.shape[1:], want.dtype)
                 if got.tobytes() != np.ascontiguousarray(want).tobytes():
                     bad = int(np.flatnonzero((got != want).reshape(len(want), -1).any(axis=1))[0])
                     raise ValueError(f"{path}: column {name!r} of episode {j} (store episode {plan.episodes[j]}) row "
                                      f"{bad} differs from the store")
+        pngs = [c.name for c in columns if c.kind == "image"]
         compared = [(f"lerobot: {len(tables)} parquet file(s) read back with pyarrow, every column equal to the store "
-                     "bit for bit")]
+                     "bit for bit" + (f" (the PNGs of {', '.join(pngs)} decoded by imagecodecs)" if pngs else ""))]
         min_psnr = float(plan.options.get("min_psnr") or 30.0)
         for c in (c for c in columns if c.video):
             compared.append(self._verify_camera(plan, path, c, episodes, fps, min_psnr))
         return compared
+
+    def _verify_pngs(self, plan: ExportPlan, path: Path, c: Column, j: int, column) -> None:
+        """Decode episode ``j``'s PNGs of camera ``c`` with imagecodecs (not the Pillow that wrote
+        them) and compare them with the stored frames bit for bit."""
+        import imagecodecs
+
+        a, b = plan.span(j)
+        cells = column.combine_chunks().field("bytes").to_pylist()
+        for s in range(a, b, READ_FRAMES):
+            block = np.asarray(plan.rb.store.read("data", c.key, s, min(b, s + READ_FRAMES)))
+            for n, want in enumerate(block):
+                got = imagecodecs.png_decode(cells[s - a + n])
+                if got.shape != want.shape or not np.array_equal(got, want):
+                    raise ValueError(f"{path}: image {c.name!r}, episode {j} frame {s - a + n} does not decode to the "
+                                     "stored frame")
 
     def _verify_camera(self, plan, path: Path, c: Column, episodes, fps: float, min_psnr: float) -> str:
         from replaybuf_core.importing.check import psnr_db

@@ -349,3 +349,30 @@ def test_stored_rows_report_what_is_on_storage(tmp_path):
         np.testing.assert_array_equal(rb.store.read("data", "img", 0, 5), np.zeros((5, 8, 8, 3), np.uint8))
         w.end_episode()
     assert rb.n_episodes == 1
+
+
+def test_an_open_episode_writes_each_stored_object_once(tmp_path):
+    """Streaming one long episode with add_steps: a key is written only when whole objects fill (no
+    partial shard rewritten at every call while nothing can commit), then the rest at the end."""
+    rb = ReplayBuffer.create_empty("zarr", tmp_path / "s.zarr")
+    rng = np.random.default_rng(0)
+    w = rb.writer(frames="exact", commit_interval=0)
+    w.add_steps({"cam": rng.integers(0, 256, (4, 16, 16, 3), dtype=np.uint8), "x": np.zeros((4, 2), np.float32)})
+    shard = rb.store.shards("data", "cam")[0]
+    writes = []
+    real = rb.store.write_async
+
+    def spy(group, key, start, values):
+        writes.append((key, start, len(values)))
+        return real(group, key, start, values)
+
+    rb.store.write_async = spy
+    frames = rng.integers(0, 256, (3 * shard, 16, 16, 3), dtype=np.uint8)
+    for i in range(4, 3 * shard, 4):
+        w.add_steps({"cam": frames[i:i + 4], "x": np.full((len(frames[i:i + 4]), 2), i, np.float32)})
+    cam = [(s, n) for k, s, n in writes if k == "cam"]
+    assert all(s % shard == 0 and n % shard == 0 for s, n in cam), cam  # whole shards only
+    assert sum(n for _, n in cam) <= 3 * shard
+    w.end_episode()
+    w.close()
+    np.testing.assert_array_equal(rb["cam"][4:], frames[4:])

@@ -142,6 +142,34 @@ class EpisodeWriter:
                 self._ends.append(end)
                 self._write(aligned=self._staged_bytes < self._max_staged)
 
+    def discard_episode(self) -> int:
+        """Drop the episode :meth:`add_steps` has begun (its staged rows, and those already written
+        past the staged episodes: the next episode's rows take their place); episodes already ended
+        are kept.  Waits for the writes in flight first.  Returns the rows dropped (0 when no
+        episode is open)."""
+        with self._mutex:
+            self._check_not_failed()
+            if self._open_rows == 0:
+                return 0
+            with deferred_sigint():
+                self._settle(keep=0)
+                start = self._ends[-1] if self._ends else self._rb.n_steps
+                for key, parts in self._pending.items():
+                    if self._written[key] > start:  # written rows of the dropped episode: overwritten later
+                        self._pending[key] = []
+                        self._written[key] = start
+                        self._durable[key] = min(self._durable[key], start)
+                    else:
+                        block = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else None)
+                        keep = start - self._written[key]
+                        self._pending[key] = [block[:keep]] if block is not None and keep else []
+                    if self._rb.store.shape("data", key)[0] > start:
+                        self._rb.store.resize("data", key, start)
+                dropped, self._open_rows = self._open_rows, 0
+                self._staged_bytes = sum(sum(p.nbytes if p.dtype != object else 64 * p.size for p in parts)
+                                         for parts in self._pending.values())
+                return dropped
+
     def stored_rows(self) -> dict[str, int]:
         """key → rows of the data array already on storage (written and, for background writes,
         finished), committed or not: an importer may read them back and check them before the
@@ -260,7 +288,7 @@ class EpisodeWriter:
         avail = {k: self._written[k] + sum(len(p) for p in parts) for k, parts in self._pending.items()}
         if aligned:
             stops = {k: (a // self._obj_len[k]) * self._obj_len[k] for k, a in avail.items()}
-            if time.monotonic() - self._last_commit >= self._commit_interval:  # time to commit
+            if self._ends and time.monotonic() - self._last_commit >= self._commit_interval:  # episodes wait to commit
                 target = max([stop for k, stop in stops.items() if stop > self._written[k]], default=0)
                 stops = {k: max(stop, min(target, avail[k])) for k, stop in stops.items()}
         else:

@@ -21,9 +21,9 @@ LINT = ("import sys, importlinter.cli as c; "
         "sys.exit(c.lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
 
 #: the contracts: the only modules at the top of replaybuf_core (beside its subpackages)
-CONTRACT_MODULES = {"__init__", "errors", "hookspecs", "locations", "locking", "protocol", "registry", "source"}
-SUBPACKAGES = {"cli", "cluster", "formats", "importing", "inspection", "layout", "sampling", "stats", "store",
-               "synthetic", "testing", "torch"}
+CONTRACT_MODULES = {"__init__", "errors", "export_format", "hookspecs", "locations", "locking", "protocol", "registry", "source"}
+SUBPACKAGES = {"cli", "cluster", "exporting", "formats", "importing", "inspection", "layout", "recording",
+               "sampling", "stats", "store", "synthetic", "testing", "torch"}
 MAX_MODULE_LINES = 600
 
 

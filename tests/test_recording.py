@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
+import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -191,3 +192,60 @@ def test_sigkill_while_recording_loses_at_most_the_episode_in_flight(tmp_path):
         assert rb.n_episodes in (saved + 1, saved + 2)
         for e in range(rb.n_episodes):
             np.testing.assert_array_equal(rb.get_episode(e)["state"], np.stack([_frame(e, i)["state"] for i in range(40)]))
+
+
+def test_record_episodes_keeps_every_step_and_the_final_observation_of_cartpole(tmp_path):
+    gym = pytest.importorskip("gymnasium")
+    from replaybuf_core.recording.gym import RecordEpisodes
+
+    path = tmp_path / "cartpole.zarr"
+    bare = gym.make("CartPole-v1", max_episode_steps=30)  # the same seeds, stepped without the wrapper
+    env = RecordEpisodes(gym.make("CartPole-v1", max_episode_steps=30), path)
+    assert isinstance(env, gym.Wrapper) and env.observation_space == bare.observation_space
+    expected = []  # (obs, action, reward, terminated, truncated) rows and the final observation, per episode
+    for seed in range(4):
+        obs, _ = env.reset(seed=seed)
+        ref_obs, _ = bare.reset(seed=seed)
+        np.testing.assert_array_equal(obs, ref_obs)
+        rows, done = [], False
+        while not done:
+            action = int(seed + len(rows)) % 2
+            obs, reward, term, trunc, _ = env.step(action)
+            rows.append((ref_obs, action, reward, term, trunc))
+            ref_obs, *_ = bare.step(action)
+            done = term or trunc
+        expected.append((rows, ref_obs))
+    env.reset(seed=99)  # a reset with nothing recorded since: no empty episode
+    for _ in range(3):
+        env.step(0)  # an episode that never ends: close() drops it
+    env.close()
+    with ReplayBuffer.create_from_path(path) as rb:
+        assert rb.n_episodes == 4
+        assert sorted(rb.keys()) == ["actions", "observations", "rewards", "terminations", "timestamp", "truncations"]
+        for e, (rows, final) in enumerate(expected):
+            got = rb.get_episode(e)
+            np.testing.assert_array_equal(got["observations"], np.stack([r[0] for r in rows]))
+            np.testing.assert_array_equal(got["actions"], [r[1] for r in rows])
+            np.testing.assert_array_equal(got["rewards"], [r[2] for r in rows])
+            np.testing.assert_array_equal(got["terminations"], [r[3] for r in rows])
+            np.testing.assert_array_equal(got["truncations"], [r[4] for r in rows])
+            assert got["terminations"][-1] or got["truncations"][-1]
+        assert rb.store.get_attrs("data")["fps"] == bare.metadata["render_fps"]
+    finals = zarr.open_array(path / "meta" / "final.observations", mode="r")[:]  # read by zarr-python itself
+    np.testing.assert_array_equal(finals, np.stack([final for _, final in expected]))
+
+
+def test_record_episodes_refuses_a_vector_env_and_names_a_missing_info_key(tmp_path):
+    gym = pytest.importorskip("gymnasium")
+    from replaybuf_core.recording.gym import RecordEpisodes
+
+    vec = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    with pytest.raises(TypeError, match="records one environment"):
+        RecordEpisodes(vec, tmp_path / "v.zarr")
+    vec.close()
+    assert not (tmp_path / "v.zarr").exists()
+    env = RecordEpisodes(gym.make("CartPole-v1"), tmp_path / "c.zarr", info_keys=["contact"])
+    env.reset(seed=0)
+    with pytest.raises(KeyError, match=r"step 0 of the episode: info has no 'contact'"):
+        env.step(0)
+    env.close()

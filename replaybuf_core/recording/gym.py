@@ -88,7 +88,8 @@ class _RecordEpisodes:
                  queue_seconds: float = 2.0):
         super().__init__(env)  # gymnasium.Wrapper
         fps = fps or (getattr(env, "metadata", None) or {}).get("render_fps") or 1
-        self.recorder = Recorder(store, fps=float(fps), frames=frames, queue_seconds=queue_seconds)
+        # a simulator outruns the writer by design: add_frame then blocks (back-pressure), without a warning
+        self.recorder = Recorder(store, fps=float(fps), frames=frames, queue_seconds=queue_seconds, warn_lag=False)
         self.info_keys = list(info_keys)
         self._obs: Any = None
         self._t = 0

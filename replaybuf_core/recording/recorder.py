@@ -76,6 +76,8 @@ class Recorder:
             (default 0.5).
         clock: the time source of frames added without a time (default ``time.monotonic``).
         writer_options: passed to :meth:`ReplayBuffer.writer` (``chunks``, ``compressors``...).
+        warn_lag: warn (:class:`RecorderLagWarning`, once) when the queue is full and ``add_frame``
+            blocks (default True; a simulator that runs faster than real time blocks by design).
 
     Use as a context manager: leaving it normally saves nothing new and closes; leaving it by an
     exception discards the episode in progress (the saved ones stay) and re-raises.
@@ -88,7 +90,7 @@ class Recorder:
 
     def __init__(self, store: Any, fps: float, *, frames: Any = None, queue_seconds: float = 2.0,
                  tolerance: float = 0.5, clock: Callable[[], float] = time.monotonic,
-                 writer_options: Mapping[str, Any] | None = None):
+                 writer_options: Mapping[str, Any] | None = None, warn_lag: bool = True):
         from replaybuf_core.store.buffer import ReplayBuffer
 
         if not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
@@ -114,7 +116,8 @@ class Recorder:
         self._episode_frames = 0
         self._times: list[float] = []
         self._t0 = 0.0
-        self._lag_warned = False
+        self._warn_lag = bool(warn_lag)
+        self._lag_warned = not self._warn_lag
         self.max_lag_frames = 0
         self.episode_reports: list[EpisodeReport] = []
         self._error: BaseException | None = None
@@ -278,10 +281,17 @@ class Recorder:
     def _open_writer(self, first: Mapping[str, np.ndarray]) -> None:
         """The writer, with ``fast`` frames for a new store's camera keys unless told otherwise."""
         frames = self._frames
-        if frames is None and not self.rb.keys():
-            cameras = [k for k, v in first.items() if v.dtype == np.uint8 and v.ndim == 3 and v.shape[-1] in (1, 3, 4)]
-            frames = "fast" if cameras else None
-        self._writer = self.rb.writer(frames=frames, **self._writer_options)
+        options = dict(self._writer_options)
+        if not self.rb.keys():
+            cameras = {k for k, v in first.items() if v.dtype == np.uint8 and v.ndim == 3 and v.shape[-1] in (1, 3, 4)}
+            if frames is None:
+                frames = "fast" if cameras else None
+            # a recording grows without end: chunks sized for a long array, not for its first frames
+            given = dict(options.get("chunks") or {})
+            options["chunks"] = {**{k: _recording_chunks(v) for k, v in first.items()
+                                    if k not in cameras and v.dtype != object},
+                                 "timestamp": _recording_chunks(np.float32(0)), **given}
+        self._writer = self.rb.writer(frames=frames, **options)
 
     def _put(self, item) -> None:
         try:
@@ -303,7 +313,7 @@ class Recorder:
         self.max_lag_frames = max(self.max_lag_frames, self._queue.qsize())
 
     def _new_episode(self) -> None:
-        self._episode_frames, self._times, self._lag_warned = 0, [], False
+        self._episode_frames, self._times, self._lag_warned = 0, [], not self._warn_lag
         if not self.rb.keys():
             self._spec = None  # nothing stored yet: the next episode's first frame sets the keys again
 
@@ -337,7 +347,9 @@ class Recorder:
             try:
                 if kind == "frame":
                     block.append(payload)
-                    if len(block) >= limit:
+                    # a quarter second at a time; when frames come faster than they are written (a
+                    # simulator), while more wait, up to 8 times that: fewer, larger writes catch up
+                    if len(block) >= limit and (self._queue.empty() or len(block) >= 8 * limit):
                         hand_over()
                         self._drain_finals()
                 elif kind == _END:
@@ -362,29 +374,49 @@ class Recorder:
 
 
     def _drain_finals(self) -> None:
-        """The final rows of the episodes committed so far, in order."""
-        while self._finals and self.rb.n_episodes > self._finals[0][0]:
-            index, final = self._finals.pop(0)
-            self._append_final(index + 1, final)
+        """The final rows of the episodes committed so far, in order (one write a key for all of them)."""
+        committed = self.rb.n_episodes
+        ready = 0
+        while ready < len(self._finals) and self._finals[ready][0] < committed:
+            ready += 1
+        if ready:
+            batch, self._finals = self._finals[:ready], self._finals[ready:]
+            self._append_finals(batch)
 
-    def _append_final(self, n: int, final: dict[str, np.ndarray]) -> None:
-        """One row a key to ``meta/final.<key>`` for committed episode ``n - 1``."""
+    def _append_finals(self, batch: list[tuple[int, dict[str, np.ndarray]]]) -> None:
+        """Rows ``batch`` (consecutive committed episodes, each with its final values) to
+        ``meta/final.<key>``: one row an episode, so row ``e`` belongs to episode ``e``."""
         s = self.rb.store
-        for key, value in final.items():
+        first = batch[0][0]
+        for key, value in batch[0][1].items():
             name = f"final.{key}"
+            rows = [final.get(key) for _, final in batch]
+            if any(r is None or r.shape != value.shape or r.dtype != value.dtype for r in rows):
+                warnings.warn(f"meta/{name}: the final {key!r} of episodes {first}..{batch[-1][0]} differ in shape, "
+                              "dtype or presence; not recorded", RuntimeWarning, stacklevel=2)
+                continue
             if not s.has_array("meta", name):
-                if n != 1:
-                    warnings.warn(f"meta/{name}: the store's {n - 1} earlier episodes have no such row; not recorded",
+                if first != 0:
+                    warnings.warn(f"meta/{name}: the store's {first} earlier episodes have no such row; not recorded",
                                   RuntimeWarning, stacklevel=2)
                     continue
                 s.create_array("meta", name, shape=(0, *value.shape), dtype=value.dtype)
-            rows = s.shape("meta", name)[0]
-            if rows != n - 1 or tuple(s.shape("meta", name)[1:]) != value.shape:
-                warnings.warn(f"meta/{name} has {rows} rows of shape {s.shape('meta', name)[1:]} for {n - 1} episodes "
-                              f"before this one; its final {value.shape} not recorded", RuntimeWarning, stacklevel=2)
+            have = s.shape("meta", name)[0]
+            if have != first or tuple(s.shape("meta", name)[1:]) != value.shape:
+                warnings.warn(f"meta/{name} has {have} rows of shape {s.shape('meta', name)[1:]} for {first} episodes "
+                              f"before these; the finals of {value.shape} not recorded", RuntimeWarning, stacklevel=2)
                 continue
-            s.resize("meta", name, n)
-            s.write("meta", name, n - 1, value[None])
+            s.resize("meta", name, first + len(rows))
+            s.write("meta", name, first, np.stack(rows))
+
+
+def _recording_chunks(first: np.ndarray) -> tuple[int, ...]:
+    """Chunks of a recorded number key (``first``: one frame's value): about 256 KiB of rows, a
+    power of two from 256 to 65,536 — each commit rewrites the partial last chunk, so this bounds
+    that rewrite, and tiny episodes do not each make a file."""
+    row = max(1, first.nbytes)
+    rows = 1 << int(np.clip(np.floor(np.log2(2**18 / row)), 8, 16))
+    return (rows, *first.shape)
 
 
 def _exists(store: Any) -> bool:

@@ -194,7 +194,10 @@ class EpisodeWriter:
         for key, arr in arrays.items():
             if copy and np.may_share_memory(arr, data[key]):  # the caller may refill its array for the next episode
                 arr = arr.copy()
-            self._pending[key].append(arr)
+            parts = self._pending[key]
+            parts.append(arr)
+            if len(parts) >= 16:  # many small parts (a recorder's blocks): one array, so counting them stays cheap
+                parts[:] = [np.concatenate(parts)]
             self._staged_bytes += arr.nbytes if arr.dtype != object else 64 * arr.size
         if not end:
             self._open_rows += length
@@ -300,8 +303,9 @@ class EpisodeWriter:
                     continue
                 block = np.concatenate(parts) if len(parts) > 1 else parts[0]
                 n = stop - start
-                if s.shape("data", key)[0] < stop:
-                    s.resize("data", key, stop)
+                if s.shape("data", key)[0] < stop:  # grow by whole objects: one resize an object, not a call
+                    obj = self._obj_len[key]
+                    s.resize("data", key, -(-stop // obj) * obj if aligned else stop)
                 if write_async is not None:
                     futures.append(write_async("data", key, start, block[:n]))
                 else:
@@ -319,6 +323,10 @@ class EpisodeWriter:
             if futures:
                 self._inflight.append((futures, dict(self._written)))
             raise
+        if not aligned:  # everything is written: no capacity past the rows (a reader sees no stray rows)
+            for key in self._pending:
+                if s.shape("data", key)[0] > self._written[key]:
+                    s.resize("data", key, self._written[key])
         self._staged_bytes = sum(
             sum(p.nbytes if p.dtype != object else 64 * p.size for p in parts) for parts in self._pending.values()
         )

@@ -115,3 +115,22 @@ def run(table: Table, tmp: Path, smoke: bool) -> None:
         else:
             table.ratio("record", "exact: CPU cores to keep real time", r["cores"], "(shown)", True)
     _gym(table, tmp, 1000 if smoke else 10_000)
+
+
+def main(argv=None) -> int:
+    """``python -m benchmarks.record_bench [--smoke]``: this section alone."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.record_bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="3 s of each codec, 1,000 CartPole steps")
+    args = parser.parse_args(argv)
+    table = Table()
+    with tempfile.TemporaryDirectory(prefix="replaybuf-record-") as tmp:
+        run(table, Path(tmp), args.smoke)
+    print(table.render())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -249,3 +249,36 @@ def test_record_episodes_refuses_a_vector_env_and_names_a_missing_info_key(tmp_p
     with pytest.raises(KeyError, match=r"step 0 of the episode: info has no 'contact'"):
         env.step(0)
     env.close()
+
+
+def test_statistics_stay_incremental_while_recording(tmp_path, monkeypatch):
+    """Recording computes no statistics; get_stats afterwards reads only the episodes recorded since
+    its last save (here: 2 of 5), and gives what numpy gives on all steps."""
+    import replaybuf_core.store.stored_stats as stored_stats
+
+    path = tmp_path / "rec.zarr"
+    with Recorder(path, fps=10, frames="exact") as rec:
+        for e in range(3):
+            for i in range(6 + e):
+                rec.add_frame(_frame(e, i), timestamp=i / 10)
+            rec.save_episode()
+    with ReplayBuffer(path) as rb:
+        rb.get_stats(["state"])  # computed and saved
+    read = []
+    real = stored_stats.summarize
+    monkeypatch.setattr(stored_stats, "summarize", lambda b, keys, first, stop: read.append((first, stop)) or
+                        real(b, keys, first, stop))
+    with Recorder(path, fps=10) as rec:
+        for e in range(3, 5):
+            for i in range(4):
+                rec.add_frame(_frame(e, i), timestamp=i / 10)
+            rec.save_episode()
+    assert read == []  # recording itself summarised nothing
+    with ReplayBuffer(path) as rb:
+        stats = rb.get_stats(["state"])["state"]
+    assert read == [(3, 5)]
+    states = np.concatenate([np.stack([_frame(e, i)["state"] for i in range(n)])
+                             for e, n in enumerate([6, 7, 8, 4, 4])])
+    np.testing.assert_allclose(stats["mean"], states.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(stats["std"], states.std(0), rtol=1e-5)
+    np.testing.assert_array_equal(stats["max"], states.max(0))

@@ -33,6 +33,9 @@ __all__ = ["KeySummary", "summarize", "compute_stats", "stats_keys", "QUANTILES"
 
 #: rows are read in blocks of about this many bytes (float64 working copies stay near it)
 BLOCK_BYTES = 32 << 20
+#: frame keys (uint8, summarised as histograms without a float copy) are read in smaller blocks: the
+#: decoded block, the next one read meanwhile and the decoder's pieces are all alive at once
+FRAME_BLOCK_BYTES = 8 << 20
 #: quantiles reported, under LeRobot's names
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 FRAMES, VALUES = "frames", "values"
@@ -228,7 +231,7 @@ def plan_blocks(buffer: Any, keys: Sequence[str], first: int, stop: int) -> tupl
         summary.lengths = lengths.copy()
         out[key] = summary
         row_values = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)))
-        per = max(1, BLOCK_BYTES // (row_values * (1 if summary.kind == FRAMES else 8)))
+        per = max(1, (FRAME_BLOCK_BYTES if summary.kind == FRAMES else BLOCK_BYTES // 8) // row_values)
         jobs += [(key, block) for block in _blocks(lengths, row0, per)]
     return out, jobs
 

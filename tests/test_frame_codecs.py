@@ -274,6 +274,23 @@ def test_the_episode_writer_records_cameras_in_the_codecs_frames_names(tmp_path,
     np.testing.assert_array_equal(again["data/action"][:], np.concatenate([e["action"] for e in eps]))
 
 
+def test_the_episode_writer_shards_new_cameras_as_asked(tmp_path, natural):
+    """``frames_per_shard``: the shard shape in ``zarr.json`` (read as the spec writes it) and the
+    files on disk follow it; frames read back through plain zarr; bad values refused at once."""
+    store = tmp_path / "rec.zarr"
+    rb = ReplayBuffer.create_empty("zarr", store)
+    for bad, exc in [(0, ValueError), (2.5, TypeError), (True, TypeError)]:
+        with pytest.raises(exc):
+            rb.writer(frames="exact", frames_per_shard=bad)
+    with rb.writer(frames="exact", frames_per_shard=5) as w:
+        w.add_episode({"front": natural[:12], "action": np.zeros((12, 2), np.float32)})
+    meta = json.loads((store / "data/front/zarr.json").read_text())
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"][0] == 5
+    assert meta["codecs"][0]["configuration"]["chunk_shape"][0] == 1
+    assert sorted(p.name for p in (store / "data/front/c").iterdir()) == ["0", "1", "2"]
+    np.testing.assert_array_equal(zarr.open_group(store, mode="r")["data/front"][:], natural[:12])
+
+
 def test_frames_on_add_episode_is_refused_before_anything_is_written(tmp_path, natural):
     from replaybuf_core.errors import CapabilityError
 

@@ -124,6 +124,26 @@ def test_a_slow_encoder_blocks_add_frame_and_warns_but_drops_nothing(tmp_path, m
         np.testing.assert_array_equal(rb["state"][:, 1], np.arange(60))
 
 
+@pytest.mark.parametrize("fps, writer_options, shard", [(20, None, 20), (7.6, None, 8), (1000, None, 256),
+                                                           (20, {"frames_per_shard": 64}, 64)])
+def test_cameras_are_sharded_about_a_second_a_shard(tmp_path, fps, writer_options, shard):
+    """A save encodes the frames of the last partial shards: shards of about a second of frames (as
+    zarr.json says, read as JSON) keep that short; numbers and explicit options are left alone."""
+    import json
+
+    path = tmp_path / "rec.zarr"
+    with Recorder(path, fps=fps, frames="fast", writer_options=writer_options) as rec:
+        for i in range(45):
+            rec.add_frame(_frame(0, i), timestamp=i / fps)
+        rec.save_episode()
+    meta = json.loads((path / "data/cam/zarr.json").read_text())
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"][0] == shard
+    assert meta["codecs"][0]["name"] == "sharding_indexed"
+    assert json.loads((path / "data/state/zarr.json").read_text())["codecs"][0]["name"] != "sharding_indexed"
+    with ReplayBuffer.create_from_path(path) as rb:
+        np.testing.assert_array_equal(rb["state"][:, 1], np.arange(45))
+
+
 def test_an_irregular_frame_rate_is_reported_not_corrected(tmp_path):
     times = [0.0, 0.1, 0.2, 0.5, 0.6]  # one frame came 0.3 s late at 10 fps
     with Recorder(tmp_path / "rec.zarr", fps=10, frames="exact") as rec:

@@ -75,7 +75,9 @@ class Recorder:
         tolerance: fraction of a period an interval may stray from ``1/fps`` before it is counted
             (default 0.5).
         clock: the time source of frames added without a time (default ``time.monotonic``).
-        writer_options: passed to :meth:`ReplayBuffer.writer` (``chunks``, ``compressors``...).
+        writer_options: passed to :meth:`ReplayBuffer.writer` (``chunks``, ``compressors``...).  A new
+            store's camera keys are sharded about a second of frames a shard (``frames_per_shard``
+            = ``round(fps)``, at most 256) unless given here: what keeps ``save_episode`` short.
         warn_lag: warn (:class:`RecorderLagWarning`, once) when the queue is full and ``add_frame``
             blocks (default True; a simulator that runs faster than real time blocks by design).
 
@@ -291,6 +293,10 @@ class Recorder:
             options["chunks"] = {**{k: _recording_chunks(v) for k, v in first.items()
                                     if k not in cameras and v.dtype != object},
                                  "timestamp": _recording_chunks(np.float32(0)), **given}
+            # and camera shards of about a second: a shard's frames are encoded when it is complete or at
+            # save_episode, so 256-frame shards made a save wait for up to 255 encodes a camera (0.5-0.8 s
+            # for two 640x480 cameras); a second's worth keeps it under 0.1 s
+            options.setdefault("frames_per_shard", int(min(256, max(1, round(self.fps)))))
         self._writer = self.rb.writer(frames=frames, **options)
 
     def _put(self, item) -> None:

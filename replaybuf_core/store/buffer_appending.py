@@ -27,7 +27,8 @@ logger = logging.getLogger("replaybuf_core.store.buffer")
 class EpisodeAppending:
     """``ReplayBuffer``'s append and drop methods (see the class docstring there)."""
 
-    def _validate_episode(self, data: Mapping[str, Any], chunks, compressors, frames: Any = None):
+    def _validate_episode(self, data: Mapping[str, Any], chunks, compressors, frames: Any = None,
+                          frames_per_shard: int | None = None):
         if not isinstance(data, Mapping):
             raise TypeError(f"an episode must be a dict of arrays, got {type(data).__name__}")
         if len(data) == 0:
@@ -73,7 +74,7 @@ class EpisodeAppending:
             if k not in arrays:
                 raise KeyError(f"compressor given for {k!r}, which is not in the episode")
             _resolve_compressor(c)  # an unknown preset is an error even for an existing key
-        new_frames = self._frame_layouts(arrays, existing, chunks, compressors, frames)
+        new_frames = self._frame_layouts(arrays, existing, chunks, compressors, frames, frames_per_shard)
         layouts = {}
         for key, arr in arrays.items():
             if key in existing:
@@ -94,7 +95,7 @@ class EpisodeAppending:
         return arrays, length, layouts
 
     def _frame_layouts(self, arrays: Mapping[str, np.ndarray], existing: list[str], chunks, compressors,
-                       frames: Any) -> dict[str, tuple]:
+                       frames: Any, frames_per_shard: int | None = None) -> dict[str, tuple]:
         """key → (chunks, frame codec, shards) of the camera keys new to the buffer that ``frames``
         covers (:func:`~replaybuf_core.layout.frame_choice.choose_frames`); {} when ``frames`` is None.
         A key named both in ``frames`` and ``compressors`` is a ValueError; an explicit compressor
@@ -138,7 +139,7 @@ class EpisodeAppending:
             if given is not None and tuple(int(c) for c in given) != ck:
                 raise ValueError(f"data key {key!r}: frame codec {choice} stores {ck[0]} frame(s) a chunk, chunks "
                                  f"must be {ck}, got {tuple(given)}")
-            shards = (frame_shard_shape(ck, DEFAULT_IMAGE_FRAMES_PER_SHARD)
+            shards = (frame_shard_shape(ck, frames_per_shard or DEFAULT_IMAGE_FRAMES_PER_SHARD)
                       if CAP_SHARDS in self._store.capabilities else None)
             out[key] = (ck, codec, shards)
         return out
@@ -234,13 +235,13 @@ class EpisodeAppending:
     @_serialized
     def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,
                max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0,
-               frames: Any = None) -> EpisodeWriter:
+               frames: Any = None, frames_per_shard: int | None = None) -> EpisodeWriter:
         """A buffered appender that writes each chunk/shard once (see
         :class:`replaybuf_core.store.writer.EpisodeWriter` for the arguments); use it as a context manager.
 
         Raises ReadOnlyError on a read-only buffer; ValueError for a negative ``commit_interval``."""
         return EpisodeWriter(self, chunks=chunks, compressors=compressors, max_staged_bytes=max_staged_bytes,
-                             commit_interval=commit_interval, frames=frames)
+                             commit_interval=commit_interval, frames=frames, frames_per_shard=frames_per_shard)
 
     def extend(self, data: Mapping[str, Any]) -> None:
         """Append ``data`` as one episode (the seed's alias of :meth:`add_episode`)."""

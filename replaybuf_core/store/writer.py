@@ -43,6 +43,10 @@ class EpisodeWriter:
         chunks / compressors / frames: as in ``add_episode``, for keys new to the buffer (``frames``:
             camera keys stored with a frame codec, e.g. ``frames="fast"`` to record JPEG q95 at a
             few ms a frame; checked when the first episode arrives).
+        frames_per_shard: frames a shard for those new camera keys where the backend shards (default
+            256).  The frames of a shard are encoded when it is complete or at a commit, so a short
+            shard (about a second of frames) is what keeps a live recorder's ``end_episode``/``flush``
+            quick; 256 suits bulk imports.  TypeError / ValueError (not a positive int) at once.
         max_staged_bytes: when staged rows exceed this (bytes, default 256 MiB), everything staged is
             written even if it ends inside a stored object (bounds memory for huge chunks).
         commit_interval: seconds (default 1.0) between two commits while episodes stream in.  Each
@@ -67,7 +71,8 @@ class EpisodeWriter:
     """
 
     def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
-                 max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0, frames: Any = None):
+                 max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0, frames: Any = None,
+                 frames_per_shard: int | None = None):
         buffer._require_writable()  # also refuses a second writer on the same buffer
         if not commit_interval >= 0:
             raise ValueError(f"commit_interval must be >= 0 seconds, got {commit_interval!r}")
@@ -79,6 +84,11 @@ class EpisodeWriter:
 
             parse_frames(frames)  # a codec name that does not parse is refused now, not at the first episode
         self._frames = frames
+        if frames_per_shard is not None:
+            from replaybuf_core.layout.sharding import validate_image_frames_per_shard
+
+            validate_image_frames_per_shard(frames_per_shard)  # TypeError / ValueError now, not at the first episode
+        self._frames_per_shard = frames_per_shard
         self._max_staged = int(max_staged_bytes)
         self._pending: dict[str, list[np.ndarray]] = {}
         self._written: dict[str, int] = {}  # rows on storage per key (buffer.n_steps + flushed)
@@ -184,7 +194,8 @@ class EpisodeWriter:
         rb = self._rb
         if not self._written and not rb.keys():
             # the first episode of an empty buffer creates the arrays (through the buffer's rules)
-            arrays, length, layouts = rb._validate_episode(data, self._chunks, self._compressors, self._frames)
+            arrays, length, layouts = rb._validate_episode(data, self._chunks, self._compressors, self._frames,
+                                                          self._frames_per_shard)
             rb._create_arrays(arrays, layouts, n_rows=0)
         arrays, length, _ = rb._validate_episode(data, None, None, self._frames)
         if self._ends:

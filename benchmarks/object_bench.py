@@ -57,7 +57,7 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool, src: Path | None = No
             _imports(table, src, tmp)
         _run(table, store, tmp, smoke)
     finally:
-        from replaybuf_zarr.object_store import release_all_leases
+        from replaybuf_zarr.lease import release_all_leases
 
         release_all_leases()
         server.stop()

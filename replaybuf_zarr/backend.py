@@ -561,9 +561,10 @@ class ZarrBackend:
         return None if url is None else (f"{url}/{sub}" if sub else url, store_options(self._root.store))
 
     def acquire_writer_lease(self) -> Any:
-        """On object storage, the writer's lease (:mod:`.object_store`; ``.release()`` drops it),
+        """On object storage, the writer's lease (:mod:`.lease`; ``.release()`` drops it, ``.check()`` fences a commit),
         else None.  Raises StoreLockedError naming the holder of a foreign lease."""
-        from .object_store import acquire_lease, store_url
+        from .lease import acquire_lease
+        from .object_store import store_url
 
         if self.read_only or store_url(self._root.store) is None:
             return None

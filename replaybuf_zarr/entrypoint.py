@@ -66,7 +66,8 @@ def _object_store_to_create(url: str, if_exists: str, storage_options: dict | No
     store, or a store another writer holds the lease of (nothing is written then)."""
     import obstore
 
-    from .object_store import acquire_lease, describe_failure, open_object_store
+    from .lease import acquire_lease
+    from .object_store import describe_failure, open_object_store
     from .zarr_compat import store_get
 
     store = open_object_store(url, read_only=False, storage_options=storage_options)
@@ -175,16 +176,17 @@ class ZarrEntrypoint(BackendEntrypoint):
 
     def break_lock(self, location: Any, *, storage_options: dict | None = None, force: bool = False) -> str | None:
         """Break the writer lease a dead writer left on the object-storage store at ``location``;
-        returns who held it (None: no lease).  See :func:`~replaybuf_zarr.object_store.break_lease`.
+        returns who held it (None: no lease).  See :func:`~replaybuf_zarr.lease.break_lease`.
 
         Raises:
             ValueError: ``location`` is a local path (its lock ends with the process that holds it).
-            StoreLockedError: the holder runs on this host and ``force`` is False.
+            StoreLockedError: the lease has not lapsed and its holder is not known dead, and ``force``
+                is False.
         """
         if not is_object_url(location):
             raise ValueError(f"{location}: a local store's writer lock ends with the process holding it; there is "
                              "no lease to break (unlock is for s3:// gs:// az:// stores)")
-        from .object_store import break_lease
+        from .lease import break_lease
 
         return break_lease(os.fspath(location), storage_options=storage_options, force=force)
 

@@ -171,7 +171,7 @@ def s3_server():
     finally:
         import gc
 
-        from replaybuf_zarr.object_store import release_all_leases
+        from replaybuf_zarr.lease import release_all_leases
 
         gc.collect()  # buffers the tests left open release their leases while the server is up
         release_all_leases()

@@ -7,18 +7,20 @@ def register(sub) -> None:
     """Add ``unlock`` to the ``replaybuf`` sub-parser action ``sub``."""
     p = sub.add_parser("unlock", help="break the writer lease of a store on object storage (its writer is dead)",
                        description="Delete URL/.replaybuf.lease, the lease a writable open of an s3:// / gs:// / "
-                                   "az:// store holds. Only when its writer is dead (a killed process leaves its "
-                                   "lease behind): a live writer would go on writing beside the next one.")
+                                   "az:// store holds. A dead writer's lease lapses by itself (60 s after its last "
+                                   "renewal; REPLAYBUF_LEASE_SECONDS); without --force only a lapsed lease or one "
+                                   "whose holder is a dead process of this host is broken.")
     p.add_argument("url", metavar="URL", help="the store's URL, e.g. s3://bucket/prefix.zarr")
     p.add_argument("--force", action="store_true",
-                   help="break it even when its holder is a process of this host that is still running")
+                   help="break a lease that has not lapsed (its holder may be alive: it then fails its next commit "
+                        "instead of writing beside the next writer)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Break the lease of the store at ``args.url`` through the backend that opens it; returns 0.
-    Raises ValueError for a local path, StoreLockedError for a holder still running on this host
-    (without ``--force``)."""
+    Raises ValueError for a local path, StoreLockedError for a lease that has not lapsed and whose
+    holder is not known dead (without ``--force``)."""
     from replaybuf_core import registry
     from replaybuf_core.errors import CapabilityError
 

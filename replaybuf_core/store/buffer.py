@@ -391,7 +391,8 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
     # ------------------------------------------------------------------ writing
     def _require_writable(self, by_writer: bool = False) -> None:
         """Raises ValueError (closed), ReadOnlyError, or RuntimeError while an :meth:`writer` is open
-        (its staged rows would be overwritten or merged; only the writer itself may append then)."""
+        (its staged rows would be overwritten or merged; only the writer itself may append then), or
+        StoreLockedError when this writer lost its lease (:meth:`_fence`)."""
         if self._closed:
             raise ValueError("this replay buffer is closed")
         if self._store.read_only:
@@ -400,3 +401,13 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         if not by_writer and getattr(self, "_open_writer", None) is not None:
             raise RuntimeError("an EpisodeWriter is open on this buffer: add episodes through it, and "
                                "close it (leave its with block) before changing the buffer otherwise")
+        self._fence()
+
+    def _fence(self) -> None:
+        """Before a change or a commit: a writer lock that can be lost (an object store's lease:
+        ``check()``) must still be ours — StoreLockedError if it was broken, taken over or could not
+        be renewed (:mod:`replaybuf_zarr.lease`).  A local directory's lock is the kernel's: nothing
+        to check."""
+        check = getattr(getattr(self, "_lock", None), "check", None)
+        if callable(check):
+            check()

@@ -214,6 +214,7 @@ class EpisodeAppending:
     def _commit_episode_ends(self, ends: np.ndarray) -> None:
         """Append ``ends`` (int64, increasing, all data rows already written) to ``meta/episode_ends``:
         the commit point of every append."""
+        self._fence()  # a writer whose lease was broken or lapsed commits nothing (StoreLockedError)
         s = self._store
         k = len(ends)
         # each step durable before the next (a backend buffering writes may flush them in any

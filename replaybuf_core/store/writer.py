@@ -295,6 +295,7 @@ class EpisodeWriter:
         furthest key, so episodes commit at least once per completed object and staging stays
         about one object deep; without ``aligned``, everything."""
         rb = self._rb
+        rb._fence()  # a writer that lost its object store's lease writes no more objects (StoreLockedError)
         s = rb.store
         write_async = getattr(s, "write_async", None)
         futures: list = []

@@ -18,7 +18,7 @@ from replaybuf_core.layout.keys import check_key
 from replaybuf_core.protocol import CAP_SHARDS
 
 from .buffer_checks import _as_episode_array, _serialized
-from .commit import EPISODE_ENDS, write_commit_record
+from .commit import EPISODE_ENDS, read_generation, write_commit_record
 from .writer import EpisodeWriter
 
 logger = logging.getLogger("replaybuf_core.store.buffer")
@@ -267,7 +267,9 @@ class EpisodeAppending:
         new_steps = int(self._ends[self._n_ep - 2]) if self._n_ep > 1 else 0
         # each step durable before the next overwrites anything (a backend buffering writes may put
         # a shrink's fill values on disk before its new length): record, then ends, then data
-        write_commit_record(s, self._n_ep - 1, new_steps)  # before the ends: it never claims more
+        # before the ends: it never claims more; the next generation, as an edit's: stats entries of the
+        # episodes before are never trusted again, even once an append makes the ends read the same
+        write_commit_record(s, self._n_ep - 1, new_steps, generation=read_generation(s) + 1)
         self._persist()
         s.resize("meta", EPISODE_ENDS, self._n_ep - 1)
         self._n_ep -= 1

@@ -431,6 +431,35 @@ def test_more_malformed_files_are_named(tmp_path):
     assert not (tmp_path / "p.zarr").exists()
 
 
+def test_d3rlpy_nan_flags_and_an_undercounted_num_episodes_are_refused_by_name(tmp_path):
+    """A NaN terminal flag is no episode end (``astype(bool)`` read it as one), and episodes past
+    ``num_episodes`` are not dropped silently: both refused, naming the dataset, before any write."""
+    v1 = tmp_path / "v1.h5"
+    terminals = np.zeros(8)
+    terminals[[2, 7]] = 1
+    terminals[5] = np.nan
+    with h5py.File(v1, "w") as f:
+        f.create_dataset("observations", data=np.zeros((8, 2)))
+        f.create_dataset("actions", data=np.zeros((8, 1)))
+        f.create_dataset("terminals", data=terminals)
+    with pytest.raises(ValueError, match=r"dataset terminals holds nan at row 5 \(1 such rows\)"):
+        import_dataset(v1, tmp_path / "o.zarr", progress=False)
+    with h5py.File(v1, "a") as f:  # the same file with the flag fixed imports, split at its flags
+        f["terminals"][5] = 0
+    assert import_dataset(v1, tmp_path / "o.zarr", progress=False).ok
+    np.testing.assert_array_equal(opened(tmp_path / "o.zarr").episode_ends, [3, 8])
+    v2 = tmp_path / "v2.h5"
+    with h5py.File(v2, "w") as f:
+        f.create_dataset("columns", data=[b"observations", b"rewards"])
+        f.create_dataset("num_episodes", data=2)
+        for i in range(3):  # three episodes written, two counted
+            f.create_dataset(f"observations_{i}", data=np.zeros((4, 2)))
+            f.create_dataset(f"rewards_{i}", data=np.zeros((4, 1)))
+    with pytest.raises(ValueError, match="num_episodes is 2 but dataset observations_2 holds an episode past it"):
+        import_dataset(v2, tmp_path / "p.zarr", progress=False)
+    assert not (tmp_path / "p.zarr").exists()
+
+
 def test_hdf5_backend_stores_read_back_and_keep_per_episode_text(tmp_path):
     pytest.importorskip("replaybuf_hdf5")
     src = write_robomimic(tmp_path / "r.hdf5", extra=lambda g, t: g.create_dataset("lang", data="pick it",

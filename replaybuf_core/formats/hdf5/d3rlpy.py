@@ -76,10 +76,10 @@ class D3rlpySource(Source):
             else:
                 raise ValueError(f"{self.path}: dataset {path} has shape {ds.shape}, neither {n} rows (a step "
                                  "dataset) nor a scalar")
-        flags = read(f["terminals"], self.path).reshape(n, -1)[:, 0].astype(bool)
+        flags = self._flags("terminals", read(f["terminals"], self.path), n)
         for name in ("episode_terminals", "timeouts"):  # d3rlpy's, and D4RL's time limits
             if name in steps:
-                flags = flags | read(steps[name], self.path).reshape(n, -1)[:, 0].astype(bool)
+                flags = flags | self._flags(name, read(steps[name], self.path), n)
         ends = np.flatnonzero(flags) + 1
         self._v1 = {key_of(p): read(ds, self.path) for p, ds in steps.items()}
         self._starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if len(ends) else np.zeros(0, np.int64)
@@ -96,6 +96,17 @@ class D3rlpySource(Source):
         self.attrs["layout"] = "v1"
 
     # ------------------------------------------------------------------------------------ v2
+    def _flags(self, name: str, values: np.ndarray, n: int) -> np.ndarray:
+        """Episode-end flags of dataset ``name`` (its first column): any value other than 0 ends an
+        episode; a NaN or infinite flag is refused by row (``astype(bool)`` would read NaN as an end)."""
+        col = np.asarray(values).reshape(n, -1)[:, 0]
+        if col.dtype.kind in "fc":
+            bad = np.flatnonzero(~np.isfinite(col))
+            if bad.size:
+                raise ValueError(f"{self.path}: dataset {name} holds {col[bad[0]]} at row {int(bad[0])} "
+                                 f"({bad.size} such rows): an episode-end flag must be 0 or 1")
+        return col != 0
+
     def _init_v2(self, f) -> None:
         self.layout = "v2"
         columns = [_text(c) for c in f["columns"][()]]
@@ -126,6 +137,10 @@ class D3rlpySource(Source):
             for k in names:
                 if f[names[k]].shape == ():
                     scalars.setdefault(k, set()).add(i)
+        past = [d for c in columns for d in (f"{c}_{n_ep}", f"{c}_{n_ep}_0") if d in f]
+        if past:
+            raise ValueError(f"{self.path}: num_episodes is {n_ep} but dataset {past[0]} holds an episode past it "
+                             "(num_episodes too small: importing would drop episodes)")
         self.episode_lengths = np.array(lengths, dtype=np.int64)
         self._scalars = sorted(scalars)
         first = self._v2[0] if self._v2 else {}

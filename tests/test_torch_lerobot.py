@@ -388,6 +388,32 @@ def test_merged_and_edited_lerobot_stores_keep_their_metadata_true(tmp_path):
     assert after.meta.info["total_frames"] == 4 and after.meta.info["total_episodes"] == 1
 
 
+def test_an_edited_lerobot_store_numbers_and_times_its_kept_frames(tmp_path):
+    """After a delete and a front trim, samples number the store's frames as LeRobot numbers an edited
+    dataset: index = row, frame_index from each episode's first kept frame, timestamp counted from it
+    (expected values: the source parquet, read with pyarrow, rows picked by the test)."""
+    root = write_dataset(tmp_path / "ds", Spec([5, 4, 6], fps=FPS), "v2.1")
+    assert import_dataset(root, tmp_path / "s.zarr", progress=False).ok
+    src = [pq.read_table(root / f"data/chunk-000/episode_{e:06d}.parquet").to_pydict() for e in range(3)]
+    ds = LeRobotDataset(tmp_path / "s.zarr")  # before any edit: the parquet's own columns
+    assert [float(ds[i]["timestamp"]) for i in range(5)] == pytest.approx(src[0]["timestamp"])
+    with ReplayBuffer(tmp_path / "s.zarr") as rb:
+        rb.delete_episodes([1])
+        rb.trim_episode(0, start=2)
+    ds = LeRobotDataset(tmp_path / "s.zarr")
+    kept = [(0, r) for r in range(2, 5)] + [(2, r) for r in range(6)]
+    samples = [ds[i] for i in range(len(ds))]
+    assert len(samples) == len(kept) == 9
+    assert [int(x["index"]) for x in samples] == list(range(9))
+    assert [int(x["frame_index"]) for x in samples] == [0, 1, 2, 0, 1, 2, 3, 4, 5]
+    assert [int(x["episode_index"]) for x in samples] == [0] * 3 + [2] * 6  # the source's numbers
+    first = {0: src[0]["timestamp"][2], 2: src[2]["timestamp"][0]}
+    want_t = [src[e]["timestamp"][r] - first[e] for e, r in kept]
+    np.testing.assert_allclose([float(x["timestamp"]) for x in samples], want_t, atol=1e-6)
+    np.testing.assert_allclose(np.stack([x["action"].numpy() for x in samples]),
+                               np.asarray([src[e]["action"][r] for e, r in kept]), rtol=0, atol=0)
+
+
 def test_a_merge_of_two_imports_numbers_every_episode_and_frame_once(tmp_path):
     a = write_dataset(tmp_path / "a", Spec([5, 4], fps=FPS), "v2.1")
     b = write_dataset(tmp_path / "b", Spec([3, 6], fps=FPS), "v2.1")

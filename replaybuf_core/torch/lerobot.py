@@ -15,7 +15,10 @@ Sample ``i`` (``i`` counts the frames of the chosen episodes, in order), as LeRo
 * ``index``, ``episode_index``, ``frame_index`` (int64), ``timestamp`` (float32) and
   ``task_index`` as stored; when a store lacks them, computed from its bookkeeping (episode
   numbers from ``meta/source_episode_index`` when the store was imported, ``timestamp =
-  frame_index / fps``);
+  frame_index / fps``).  Once the store was edited (a delete, keep, trim, drop or pop: its commit
+  generation is past 0), ``index`` is the store's row and ``frame_index`` the frame's place in its
+  episode (LeRobot's numbering of the edited dataset), and ``timestamp`` counts from the episode's
+  first kept frame — the stored columns would still count the frames that are gone;
 * ``task``: the text of ``task_index`` (or the episode's first task, or ``""``).
 """
 
@@ -31,7 +34,7 @@ from replaybuf_core.sampling.window_sampler import WindowSampler, delta_timestam
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
 from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
 from replaybuf_core.torch.lerobot_meta import (EpisodeTable, LeRobotMeta, _episode_tasks, _store_episode_numbers,
-                                               renumbered)
+                                               edited_since_import, episode_first_timestamps, renumbered)
 
 __all__ = ["LeRobotDataset", "LeRobotMeta", "EpisodeTable"]
 
@@ -117,6 +120,9 @@ class LeRobotDataset(_BatchedDataset):
             numbers = _store_episode_numbers(buffer)
             self._episode_numbers = numbers
             self._renumbered = renumbered(buffer)  # a merge: the stored episode_index/index columns repeat
+            # an edit: the stored index/frame_index/timestamp columns count deleted or trimmed frames
+            self._edited = edited_since_import(buffer)
+            self._first_timestamps = episode_first_timestamps(buffer) if self._edited else None
             self._episode_mask = None
             if self.episodes is not None:
                 unknown = sorted(set(self.episodes) - set(numbers.tolist()))
@@ -260,14 +266,19 @@ class LeRobotDataset(_BatchedDataset):
         arrays = sampler.sample_batch(idx)
         where = sampler.locate(idx)
         renumber = getattr(self, "_renumbered", False)
-        if "index" not in arrays or renumber:
+        edited = getattr(self, "_edited", False)
+        if "index" not in arrays or renumber or edited:
             arrays["index"] = where["index"]
         if "episode_index" not in arrays or renumber:
             arrays["episode_index"] = self._episode_numbers[where["episode_index"]]
-        if "frame_index" not in arrays:
+        if "frame_index" not in arrays or edited:
             arrays["frame_index"] = where["frame_index"]
         if "timestamp" not in arrays:
             arrays["timestamp"] = (where["frame_index"] / self.meta.fps).astype(np.float32)
+        elif edited and self._first_timestamps is not None:  # counted from the episode's first kept frame
+            ts = np.asarray(arrays["timestamp"], dtype=np.float64)
+            origin = self._first_timestamps[where["episode_index"]]
+            arrays["timestamp"] = (ts - origin.reshape(origin.shape + (1,) * (ts.ndim - 1))).astype(np.float32)
         convert_images(arrays, self.image_keys, channels_first=True, to_float=not self.return_uint8)
         if "task_index" in arrays and self.meta.total_tasks:
             task_index = arrays["task_index"]

@@ -35,6 +35,25 @@ def renumbered(buffer: Any) -> bool:
     return np.unique(numbers).size != numbers.size
 
 
+def edited_since_import(buffer: Any) -> bool:
+    """True once an edit (delete, keep, trim, drop, pop) was committed to the store (its commit
+    record's generation is past 0): the stored ``index`` / ``frame_index`` / ``timestamp`` columns
+    of an imported LeRobot dataset then no longer number its frames from each episode's start."""
+    from replaybuf_core.store.commit import read_generation
+
+    return read_generation(buffer.store) > 0
+
+
+def episode_first_timestamps(buffer: Any) -> np.ndarray | None:
+    """The stored ``timestamp`` of each store episode's first frame (float64, (n_episodes,)), None
+    when the store has no ``timestamp`` key: the origin an edited episode's times are counted from."""
+    if "timestamp" not in buffer:
+        return None
+    ends = np.asarray(buffer.episode_ends[: buffer.n_episodes], dtype=np.int64)
+    starts = np.r_[0, ends[:-1]] if ends.size else ends
+    return np.asarray(buffer.read_rows("timestamp", starts), dtype=np.float64).reshape(ends.size, -1)[:, 0]
+
+
 def _episode_tasks(buffer: Any) -> list[list[str]] | None:
     """Each store episode's task texts, from the import's ``meta/episode_attrs``; None without it."""
     store, n = buffer.store, int(buffer.n_episodes)

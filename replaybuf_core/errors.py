@@ -34,6 +34,11 @@ class FormatNotFoundError(ReplayBufferError, ValueError):
     """No installed import format has the requested name or recognises the source handed in."""
 
 
+class DamagedSourceError(ReplayBufferError, ValueError):
+    """A source a format recognises by its signature (an HDF5 file's magic bytes, say) but cannot
+    read: truncated or damaged.  ``guess_format`` raises it instead of "no format recognises it"."""
+
+
 class StoreLockedError(ReplayBufferError, RuntimeError):
     """Another process holds the store's writer lock."""
 

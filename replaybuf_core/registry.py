@@ -20,7 +20,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import BackendNotFoundError, FormatNotFoundError
+from .errors import BackendNotFoundError, DamagedSourceError, FormatNotFoundError
 from .export_format import ExportFormat
 from .protocol import KNOWN_CAPABILITIES, BackendEntrypoint
 from .source import FormatEntrypoint
@@ -291,6 +291,7 @@ def guess_format(path: str | os.PathLike) -> FormatEntrypoint:
         FileNotFoundError: nothing exists at ``path``.
         FormatNotFoundError: no format claims it (the message lists the installed formats and what
             each needs installed).
+        DamagedSourceError: a format recognises the file's signature but cannot read it (truncated).
     """
     p = os.path.expanduser(os.fspath(path))
     if "://" in p:
@@ -302,6 +303,8 @@ def guess_format(path: str | os.PathLike) -> FormatEntrypoint:
         try:
             if info.entrypoint.guess_can_open(p):
                 return info.entrypoint
+        except DamagedSourceError:  # a format's own file, unreadable: say so, not "nothing recognises it"
+            raise
         except Exception as exc:  # a buggy guess must not hide the other formats
             logger.warning("format %s raised in guess_can_open: %s", info.name, exc)
     wanting = [i for i in _formats().values() if not extra_ready(i.entrypoint.requires) and _might(i, p)]

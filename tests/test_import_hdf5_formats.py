@@ -460,6 +460,22 @@ def test_d3rlpy_nan_flags_and_an_undercounted_num_episodes_are_refused_by_name(t
     assert not (tmp_path / "p.zarr").exists()
 
 
+def test_a_truncated_hdf5_file_is_named_as_damaged_not_unrecognised(tmp_path, capsys):
+    from replaybuf_core.cli import main
+    from replaybuf_core.errors import DamagedSourceError
+
+    whole = write_robomimic(tmp_path / "whole.hdf5")
+    raw = whole.read_bytes()
+    cut = tmp_path / "cut.hdf5"
+    cut.write_bytes(raw[: len(raw) // 2])  # a download cut short: the signature is there, the rest is not
+    with pytest.raises(DamagedSourceError, match=r"cut.hdf5: an HDF5 file .* truncated or damaged"):
+        import_dataset(cut, tmp_path / "o.zarr", progress=False)
+    assert main(["import", str(cut), str(tmp_path / "o.zarr"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "truncated or damaged" in err and "no installed import format recognises it" not in err
+    assert not (tmp_path / "o.zarr").exists()
+
+
 def test_hdf5_backend_stores_read_back_and_keep_per_episode_text(tmp_path):
     pytest.importorskip("replaybuf_hdf5")
     src = write_robomimic(tmp_path / "r.hdf5", extra=lambda g, t: g.create_dataset("lang", data="pick it",

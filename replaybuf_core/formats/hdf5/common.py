@@ -58,15 +58,27 @@ def is_hdf5(path: str | os.PathLike) -> bool:
 
 
 def member_names(path: str | os.PathLike, group: str = "/") -> list[str] | None:
-    """The names in ``group`` of the HDF5 file at ``path``, or None when it is not a readable HDF5
-    file holding that group (what the formats' ``guess_can_open`` look at; never raises)."""
+    """The names in ``group`` of the HDF5 file at ``path``, or None when it is not an HDF5 file or
+    holds no such group (what the formats' ``guess_can_open`` look at).
+
+    Raises:
+        DamagedSourceError: the file starts with the HDF5 signature but h5py cannot open it
+            (truncated or damaged) — named, rather than "no format recognises it".
+    """
     p = os.path.expanduser(os.fspath(path))
     if not (os.path.isfile(p) and is_hdf5(p)):
         return None
     try:
-        with open_file(p) as f:
+        f = open_file(p)
+    except ValueError as exc:
+        from replaybuf_core.errors import DamagedSourceError
+
+        raise DamagedSourceError(f"{p}: an HDF5 file (by its signature) that h5py cannot open: truncated or "
+                                 f"damaged ({exc.__cause__ or exc})") from exc
+    try:
+        with f:
             return list(f[group].keys()) if group in f else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - a group that cannot be listed: not this format's file
         return None
 
 

@@ -227,3 +227,31 @@ def test_sigkill(tmp_path, kind, max_delay):
     results = [crash.run_trial(kind, path, rng, max_delay=max_delay) for _ in range(N_KILLS)]
     bad = [r for r in results if not r.clean_open or r.lost]
     assert not bad, bad
+
+
+def test_per_episode_meta_grows_with_the_commits_and_rows_staged_past_them_are_trimmed(tmp_path):
+    """Meta rows staged for episodes to come (an import's) are written by the commit of their episode,
+    before its ends; a kill between the two leaves rows past the commit, which a writable open drops
+    (saying so) and a read-only open reports — never an episode's label for an episode not there."""
+    path = str(tmp_path / "m.zarr")
+    rb = ReplayBuffer.create_empty("zarr", path)
+    rb.store.create_array("meta", "label", shape=(0,), dtype=np.int64, chunks=(16,), codec=None)
+    labels = np.array([10, 11, 12, 13], np.int64)
+    rb._stage_episode_meta({"label": labels})
+    for i in range(2):
+        rb.add_episode({"obs": np.full((3, 2), i, np.float32)})
+        assert rb.store.read("meta", "label", 0, rb.store.shape("meta", "label")[0]).tolist() == labels[: i + 1].tolist()
+    rb._write_staged_meta(2, 3)  # the third episode's commit, killed after its meta row
+    rb.close()
+    with pytest.warns(RuntimeWarning, match=r"meta/label has 1 row\(s\) past the 2 committed episodes.*left"):
+        ro = ReplayBuffer.create_from_path(path)
+    ro.close()
+    with pytest.warns(RuntimeWarning, match=r"meta/label has 1 row\(s\) past the 2 committed episodes.*dropped"):
+        rw = ReplayBuffer(path)
+    with rw:
+        assert rw.store.shape("meta", "label") == (2,)
+        rw.delete_episodes([0])
+        assert rw.store.read("meta", "label", 0, 1).tolist() == [11]
+    with pytest.raises(ValueError, match="one row per committed episode"):
+        with ReplayBuffer(path) as again:
+            again._stage_episode_meta({"obs_missing": labels})

@@ -131,6 +131,12 @@ def test_a_killed_url_import_leaves_the_committed_episodes(s3_server):
             assert rb[key].shape[0] == ends[-1]
             assert np.array_equal(rb[key][:], _source(key, int(ends[-1])))
         assert rb.store.get_attrs("data")["import"]["complete"] is False
+        # per-episode meta grew with the commits: one row per committed episode, none for the rest ...
+        assert rb.store.shape("meta", "source_episode_index") == (k,)
+        assert rb.store.read("meta", "source_episode_index", 0, k).tolist() == list(range(k))
+        rb.delete_episodes([1])  # ... so an edit keeps every episode's label
+        assert rb.store.read("meta", "source_episode_index", 0, k - 1).tolist() == [0] + list(range(2, k))
+        k -= 1
     # and what inspects it says so: verify fails naming the unfinished import, info shows it
     from replaybuf_core.inspection.summary import buffer_info, format_info
     from replaybuf_core.inspection.verify import verify_store

@@ -426,8 +426,11 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
     for key, p in plans.items():
         dst.create_array("data", key, shape=(0,) + p.shape[1:], dtype=p.dtype, chunks=p.chunks,
                          codec=p.codec, shards=p.shards, fill_value=None if p.dtype == object else 0)
-    for name, values in _meta_arrays(source, indices).items():
+    whole, per_episode = _meta_arrays(source, indices)
+    for name, values in whole.items():
         _write_meta(dst, name, values)
+    for name, values in per_episode.items():  # rows come with the commits (_stage_episode_meta below)
+        _write_meta(dst, name, values, rows=0)
     conversions = {
         p.key: {"source_dtype": str(p.src_dtype) if p.src_dtype.isnative else p.src_dtype.str,
                 "converted_to": str(p.dtype), "codec": describe_codec(p.codec)}
@@ -441,6 +444,7 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
         "key_attrs": {k: dict(source.keys[k].attrs) for k in keys if source.keys[k].attrs},
     }))
     rb = ReplayBuffer(dst)
+    rb._stage_episode_meta(per_episode)  # each commit writes its episodes' rows: a killed import's meta is its own
     # The final length is known: size every data array once.  The rows stay uncommitted until the
     # writer commits their episodes; a crash leaves rows past episode_ends that the next open trims.
     for key in keys:
@@ -457,30 +461,37 @@ def _part_length(source: Source, index: int, part: dict[str, np.ndarray], keys: 
     return next(iter(lens.values()))
 
 
-def _meta_arrays(source: Source, indices: list[int]) -> dict[str, np.ndarray]:
-    out = dict(source.meta_arrays())
+def _meta_arrays(source: Source, indices: list[int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The source's meta arrays: ``(whole, per_episode)`` — those written at once, and those with one
+    row per imported episode (the source's ``episode_meta``, ``source_episode_index``,
+    ``episode_attrs``), which grow with the commits."""
+    whole = dict(source.meta_arrays())
+    per_episode: dict[str, np.ndarray] = {}
     for name, values in source.episode_meta(indices).items():
-        if name in out:
+        if name in whole:
             raise ValueError(f"{source.format_name} source: meta array {name!r} is given twice")
         if len(values) != len(indices):
             raise ValueError(f"{source.format_name} source: meta array {name!r} has {len(values)} rows for "
                              f"{len(indices)} episodes")
-        out[name] = values
+        per_episode[name] = values
     for reserved in ("episode_ends", SOURCE_EPISODE_INDEX, EPISODE_ATTRS):
-        if reserved in out:
+        if reserved in whole or reserved in per_episode:
             raise ValueError(f"{source.format_name} source: meta array name {reserved!r} is the import's own")
-    for name, values in out.items():  # native byte order, as data keys (the same values)
-        values = np.asarray(values)
-        if not values.dtype.isnative:
-            out[name] = values.astype(native(values.dtype))
-    out[SOURCE_EPISODE_INDEX] = np.asarray([source.episode_id(i) for i in indices], dtype=np.int64)
+    for out in (whole, per_episode):
+        for name, values in out.items():  # native byte order, as data keys (the same values)
+            values = np.asarray(values)
+            if not values.dtype.isnative:
+                out[name] = values.astype(native(values.dtype))
+    per_episode[SOURCE_EPISODE_INDEX] = np.asarray([source.episode_id(i) for i in indices], dtype=np.int64)
     attrs = [source.episode_attrs(i) for i in indices]
     if any(attrs):
-        out[EPISODE_ATTRS] = np.array([json.dumps(_jsonable(a), sort_keys=True) for a in attrs], dtype=object)
-    return out
+        per_episode[EPISODE_ATTRS] = np.array([json.dumps(_jsonable(a), sort_keys=True) for a in attrs], dtype=object)
+    return whole, per_episode
 
 
-def _write_meta(dst: Any, name: str, values: np.ndarray) -> None:
+def _write_meta(dst: Any, name: str, values: np.ndarray, rows: int | None = None) -> None:
+    """Create ``meta/<name>`` chunked for all of ``values`` and write them — or, with ``rows``, create
+    it with that many rows and write nothing (rows that come with the commits)."""
     from replaybuf_core.layout.chunks import get_optimal_chunks
     from replaybuf_core.layout.compressors import resolve_compressor
 
@@ -488,10 +499,11 @@ def _write_meta(dst: Any, name: str, values: np.ndarray) -> None:
     if values.ndim == 0:
         values = values.reshape(1)
     obj = values.dtype == object
-    dst.create_array("meta", name, shape=values.shape, dtype=values.dtype,
+    dst.create_array("meta", name, shape=values.shape if rows is None else (rows,) + values.shape[1:],
+                     dtype=values.dtype,
                      chunks=get_optimal_chunks((max(1, len(values)),) + values.shape[1:], values.dtype),
                      codec=None if obj else resolve_compressor("default"), fill_value=None if obj else 0)
-    if len(values):
+    if rows is None and len(values):
         dst.write("meta", name, 0, values)
 
 
@@ -537,7 +549,8 @@ def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: d
                 r.min_episode_psnr_db = checker.worst[key]
             else:
                 r.exact = key not in checker.first_bad
-        for name, want in _meta_arrays(source, indices).items():
+        whole, per_episode = _meta_arrays(source, indices)
+        for name, want in {**whole, **per_episode}.items():
             if not dst.has_array("meta", name):
                 problems.append(f"meta/{name}: missing from the destination")
                 continue

@@ -18,7 +18,7 @@ from replaybuf_core.layout.keys import check_key
 from replaybuf_core.protocol import CAP_SHARDS
 
 from .buffer_checks import _as_episode_array, _serialized
-from .commit import EPISODE_ENDS, read_generation, write_commit_record
+from .commit import EPISODE_ENDS, EPISODE_META, read_generation, write_commit_record
 from .writer import EpisodeWriter
 
 logger = logging.getLogger("replaybuf_core.store.buffer")
@@ -217,6 +217,7 @@ class EpisodeAppending:
         self._fence()  # a writer whose lease was broken or lapsed commits nothing (StoreLockedError)
         s = self._store
         k = len(ends)
+        self._write_staged_meta(self._n_ep, self._n_ep + k)  # the episodes' meta rows before their ends
         # each step durable before the next (a backend buffering writes may flush them in any
         # order, and a kill can land mid-flush): the rows, then the ends, then the record
         self._persist()
@@ -232,6 +233,35 @@ class EpisodeAppending:
         self._persist()
         write_commit_record(s, self._n_ep, int(ends[-1]))  # after the ends: it never claims more
         self._persist()
+
+    def _stage_episode_meta(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Per-episode meta rows of episodes still to come, known up front (an import): ``arrays``
+        maps a meta array (created beforehand with 0 rows past the committed episodes) to one row per
+        episode, the first for the next episode committed.  Each commit writes the rows of the
+        episodes it commits, before their ``episode_ends``: the meta grows with the commits and never
+        describes an uncommitted episode.  The names go in the ``meta`` attribute
+        :data:`~replaybuf_core.store.commit.EPISODE_META`, so recovery trims rows a kill left staged.
+
+        Raises:
+            ValueError: an array named is missing, or holds other rows than the committed episodes.
+        """
+        s = self._store
+        for name in arrays:
+            if not s.has_array("meta", name) or s.shape("meta", name)[0] != self._n_ep:
+                raise ValueError(f"meta/{name} must exist with one row per committed episode ({self._n_ep}) "
+                                 "before rows of later episodes are staged")
+        names = sorted(set(s.get_attrs("meta").get(EPISODE_META, [])) | set(arrays))
+        s.set_attrs("meta", {EPISODE_META: names})
+        self._staged_meta = {name: (self._n_ep, np.asarray(v)) for name, v in arrays.items()}
+
+    def _write_staged_meta(self, first: int, stop: int) -> None:
+        """Write the staged meta rows of episodes ``[first, stop)`` (see :meth:`_stage_episode_meta`)."""
+        s = self._store
+        for name, (origin, values) in getattr(self, "_staged_meta", {}).items():
+            lo, hi = max(first, origin), min(stop, origin + len(values))
+            if hi > lo:
+                s.resize("meta", name, hi)
+                s.write("meta", name, lo, values[lo - origin: hi - origin])
 
     @_serialized
     def writer(self, chunks: Mapping | None = None, compressors: Mapping | None = None,

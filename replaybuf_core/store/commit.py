@@ -17,6 +17,10 @@ EPISODE_ENDS = "episode_ends"
 EPISODE_ENDS_FILL = -1
 #: ``meta`` group attribute holding the last commit: ``{"n_episodes": int, "n_steps": int, "generation": int}``
 COMMIT_RECORD = "replaybuf_commit"
+#: ``meta`` group attribute listing the meta arrays that hold one row per episode and grow with the
+#: commits (an import's ``source_episode_index``, ``episode_attrs``...): rows past the committed
+#: episodes are staged by an interrupted commit, and recovery trims them as it trims data rows
+EPISODE_META = "replaybuf_episode_meta"
 
 
 def read_commit_record(store: StorageBackend) -> tuple[int, int] | None:

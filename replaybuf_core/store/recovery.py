@@ -48,7 +48,7 @@ from replaybuf_core.errors import CorruptStoreError, ReadOnlyError
 from replaybuf_core.layout.keys import TMP_KEY, is_temp_name
 from replaybuf_core.protocol import GROUPS, StorageBackend
 
-from .commit import EPISODE_ENDS, EPISODE_ENDS_FILL, read_commit_record
+from .commit import EPISODE_ENDS, EPISODE_ENDS_FILL, EPISODE_META, read_commit_record
 
 
 @dataclass
@@ -60,6 +60,8 @@ class RecoveryReport:
         episode_ends: int64 (n_episodes,) the committed cumulative step counts.
         dropped_commits: trailing fill entries of ``meta/episode_ends`` (unfinished commit).
         extra_rows: data key → rows past ``n_steps`` (an unfinished append).
+        extra_meta: per-episode meta array (listed in the ``meta`` attribute ``EPISODE_META``) → rows
+            past ``n_episodes`` (staged by a commit that did not finish: an import killed mid-commit).
         restored: ``"group/name"`` arrays brought back from their rechunk backup.
         deleted: ``"group/name"`` temp arrays deleted (or, read-only, to delete).
         unresolved: anomalies left alone (a legacy ``_temp_old`` whose original name is unknown).
@@ -72,6 +74,7 @@ class RecoveryReport:
     episode_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     dropped_commits: int = 0
     extra_rows: dict[str, int] = field(default_factory=dict)
+    extra_meta: dict[str, int] = field(default_factory=dict)
     restored: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
@@ -90,7 +93,7 @@ class RecoveryReport:
     @property
     def clean(self) -> bool:
         """True when the store needed nothing."""
-        return not (self.dropped_commits or self.extra_rows or self.restored or self.deleted
+        return not (self.dropped_commits or self.extra_rows or self.extra_meta or self.restored or self.deleted
                     or self.unresolved or self.hidden or self.edits)
 
     def messages(self) -> list[str]:
@@ -111,6 +114,9 @@ class RecoveryReport:
         for key, extra in sorted(self.extra_rows.items()):
             out.append(f"data array {key!r} has {extra} steps past meta/episode_ends[-1]={self.n_steps} "
                        "(an interrupted append); they are " + ("dropped" if done else "hidden (read-only open)"))
+        for name, extra in sorted(self.extra_meta.items()):
+            out.append(f"meta/{name} has {extra} row(s) past the {self.n_episodes} committed episodes (an "
+                       "interrupted commit); they are " + ("dropped" if done else "left (readers read the committed rows)"))
         return out
 
     def __str__(self) -> str:
@@ -286,6 +292,8 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
             store.resize("meta", EPISODE_ENDS, ends.size)
         for key in rep.extra_rows:
             store.resize("data", key, n)
+        for name in rep.extra_meta:
+            store.resize("meta", name, ends.size)
         if not rep.clean:
             store.flush()
     return rep
@@ -310,6 +318,9 @@ def _inspect(store: StorageBackend, rep: RecoveryReport, apply: bool) -> Recover
         if rows > n:
             rep.extra_rows[key] = rows - n
     _check_not_damage(store, ends, rep)
+    for name in store.get_attrs("meta").get(EPISODE_META, []):
+        if store.has_array("meta", name) and store.shape("meta", name) and store.shape("meta", name)[0] > ends.size:
+            rep.extra_meta[name] = int(store.shape("meta", name)[0]) - int(ends.size)
     rep.episode_ends = ends
     return rep
 

@@ -191,6 +191,23 @@ class ZarrEntrypoint(BackendEntrypoint):
         return break_lease(os.fspath(location), storage_options=storage_options, force=force)
 
 
+    def delete_store(self, location: Any, *, storage_options: dict | None = None) -> int:
+        """Delete the store at the object-storage URL ``location`` (under its lease, root metadata
+        first); returns the objects deleted.  See :func:`~replaybuf_zarr.removal.delete_object_store`.
+
+        Raises:
+            ValueError: ``location`` is a local path (remove its directory).
+            FileNotFoundError: no zarr store there.  StoreLockedError: a writer holds its lease.
+            OSError: the object store cannot be reached (named).
+        """
+        if not is_object_url(location):
+            raise ValueError(f"{location}: a local store is a directory: remove it (rm -r); delete is for "
+                             "s3:// gs:// az:// stores, which have no directory to remove")
+        from .removal import delete_object_store
+
+        return delete_object_store(os.fspath(location), storage_options=storage_options)
+
+
 class _GroupAsData(ZarrBackend):
     """A ZarrBackend whose ``data`` group is an arbitrary zarr group."""
 

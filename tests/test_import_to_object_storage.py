@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import zarr
 
-from replaybuf_core import ReplayBuffer
+from replaybuf_core import ReplayBuffer, registry
 from replaybuf_core.cli import main
+from replaybuf_core.errors import StoreLockedError
 from replaybuf_core.formats.diffusion_policy import import_diffusion_policy
 from replaybuf_core.importing import import_dataset
 
@@ -146,3 +147,28 @@ def test_a_killed_url_import_leaves_the_committed_episodes(s3_server):
                f"the {k} episode(s)" in p.message for p in problems), problems
     assert main(["verify", url]) == 1
     assert "import: INCOMPLETE (import.complete is false)" in format_info(buffer_info(url))
+    # and it can be removed safely: only when asked, never from under a writer, every object gone
+    from obstore.store import from_url
+
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    def listing(lease=False):
+        paths = [m["path"] for b in obstore.list(from_url(f"s3://{bucket}"), prefix=prefix + "/") for m in b]
+        return sorted(p for p in paths if lease or not p.endswith(".replaybuf.lease"))
+
+    before = listing()
+    assert main(["delete", url]) == 2 and listing() == before  # no --yes: nothing deleted
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from replaybuf_core import ReplayBuffer\n"
+                               "rb = ReplayBuffer(sys.argv[1]); print('ready', flush=True); time.sleep(60)", url],
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:  # a live writer in another process holds the lease: refused, nothing deleted
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError, match=f"pid {holder.pid}"):
+            registry.guess_backend(url).delete_store(url)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert listing() == before
+    assert main(["unlock", url]) == 0  # its holder is dead now
+    assert main(["delete", url, "--yes"]) == 0
+    assert listing(lease=True) == []
+    assert main(["delete", url, "--yes"]) == 2  # nothing there any more: named, exit 2

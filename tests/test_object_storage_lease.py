@@ -190,3 +190,13 @@ def test_of_two_writers_taking_over_a_lapsed_lease_one_wins(s3_server, monkeypat
     with pytest.raises(StoreLockedError, match="robot-8"):
         ReplayBuffer(url)
     assert _lease(url) == winner
+
+
+def test_delete_is_for_object_storage_and_leaves_a_local_store_alone(tmp_path, capsys):
+    path = tmp_path / "local.zarr"
+    with ReplayBuffer.create_empty("zarr", str(path)) as rb:
+        rb.add_episode(_episode())
+    assert main(["delete", str(path), "--yes"]) == 2
+    assert "rm -r" in capsys.readouterr().err
+    with ReplayBuffer.create_from_path(str(path)) as ro:
+        assert ro.n_episodes == 1

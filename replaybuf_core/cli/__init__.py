@@ -20,6 +20,7 @@ from replaybuf_core import registry
 from . import (
     backends_cmd,
     copy_cmd,
+    delete_cmd,
     edit_cmd,
     export_cmd,
     formats_cmd,
@@ -34,7 +35,7 @@ from . import (
     view_cmd,
 )
 
-CORE_COMMANDS = (backends_cmd, copy_cmd, edit_cmd, export_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
+CORE_COMMANDS = (backends_cmd, copy_cmd, delete_cmd, edit_cmd, export_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
                  stats_cmd, synth_cmd, unlock_cmd, verify_cmd, view_cmd)
 
 

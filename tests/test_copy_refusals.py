@@ -87,3 +87,31 @@ def test_urls_are_compared_by_bucket_and_keys(src, dst, ok):
     else:
         with pytest.raises(ValueError, match="SRC"):
             check_apart(src, dst)
+
+
+def test_a_symlink_destination_is_replaced_never_its_target_by_copy_and_import_alike(store, tmp_path):
+    """One rule for every command that replaces a store: the link at DST is replaced by the new
+    store; the store it pointed to is left as it was (its files read back byte for byte)."""
+    import zarr
+
+    from replaybuf_core.importing import import_dataset
+
+    target = tmp_path / "elsewhere" / "kept.zarr"
+    with ReplayBuffer.create_empty("zarr", str(target)) as rb:
+        rb.add_episode(make_episode(7, seed=9))
+    kept = file_digests(target)
+    dp = tmp_path / "dp.zarr"  # a small diffusion_policy-style source for the import
+    g = zarr.open_group(str(dp), mode="w", zarr_format=2)
+    g.create_array("data/obs", data=np.arange(10, dtype=np.float32).reshape(5, 2), chunks=(5, 2))
+    g.create_array("meta/episode_ends", data=np.array([2, 5], np.int64))
+    for i, (how, run) in enumerate([
+            ("copy", lambda link: main(["copy", str(store), str(link), "--overwrite"])),
+            ("import", lambda link: 0 if import_dataset(dp, link, "diffusion-policy", overwrite=True,
+                                                       progress=False).ok else 1)]):
+        link = tmp_path / f"link{i}.zarr"
+        os.symlink(target, link)
+        assert run(link) == 0, how
+        assert not link.is_symlink() and link.is_dir(), how
+        with ReplayBuffer.create_from_path(str(link)) as rb:
+            assert rb.n_episodes == (3 if how == "copy" else 2), how
+        assert file_digests(target) == kept, how

@@ -113,10 +113,13 @@ def check_destination(src: str | os.PathLike, dst: str | os.PathLike, backend: s
     if storage_options:
         raise ValueError(f"storage_options are for object-storage URLs (s3://, gs://, az://), not {os.fspath(dst)!r}")
     src_path = Path(os.path.expanduser(os.fspath(src))).resolve()
-    dst_path = Path(os.path.expanduser(os.fspath(dst))).resolve()
-    if dst_path == src_path or src_path in dst_path.parents:
+    # a symlink at the destination is replaced, never its target (as copy and save_to_path do:
+    # replace.build_beside); where the source sits is judged on the resolved path
+    dst_path = Path(os.path.abspath(os.path.expanduser(os.fspath(dst))))
+    dst_real = dst_path.resolve()
+    if dst_real == src_path or src_path in dst_real.parents:
         raise ValueError(f"the destination {dst_path} must not be the source or inside it ({src_path})")
-    if src_path in dst_path.parents or dst_path in src_path.parents:
+    if src_path in dst_real.parents or dst_real in src_path.parents:
         raise ValueError(f"the source {src_path} is inside the destination {dst_path}: replacing the destination "
                          "would delete it")
     parent = next(p for p in dst_path.parents if p.exists())

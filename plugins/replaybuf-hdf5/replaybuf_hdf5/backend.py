@@ -365,6 +365,24 @@ class Hdf5Backend:
         if self._root.id.valid and not self.read_only:
             self._root.file.flush()
 
+    def reclaimable_bytes(self) -> int:
+        """Optional protocol verb: bytes of the file that hold no dataset's data or metadata any more
+        (HDF5 never reuses space freed by rewritten or deleted datasets: see
+        :data:`CRASH_SAFE_FILE`) — the file's size less the storage of every dataset and an
+        allowance for metadata; 0 for in-memory files.  A copy (``replaybuf copy IN.h5 OUT.h5`` or
+        ``h5repack``) reclaims it."""
+        if _is_memory_file(self._root.file) or not os.path.isfile(self._filename):
+            return 0
+        self.flush()
+        used = 0
+
+        def visit(_name, obj):
+            nonlocal used
+            if isinstance(obj, h5py.Dataset):
+                used += int(obj.id.get_storage_size()) + 4096  # the data, and its object header
+        self._root.file.visititems(visit)
+        return max(0, os.path.getsize(self._filename) - used - 64 * 1024)  # superblock, groups, attributes
+
     def persist(self):
         """Optional protocol verb, called after every commit: flush HDF5's metadata and chunk caches
         to the file, so a killed process leaves the committed episodes readable (HDF5 otherwise

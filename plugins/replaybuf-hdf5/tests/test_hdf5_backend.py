@@ -405,3 +405,30 @@ def test_hdf5_keeps_a_stale_filter_mask(tmp_path):
     if not np.array_equal(back, y):
         pytest.xfail("HDF5 kept the raw filter mask of a rewritten chunk (docs/backends.md)")
     pytest.fail("HDF5 no longer keeps a stale filter mask: drop the warning from docs/backends.md")
+
+
+def test_space_left_by_edits_is_measured_and_a_copy_reclaims_it(tmp_path):
+    """HDF5 never reuses the space of rewritten datasets: ten trims leave most of the file dead.
+    ``reclaimable_bytes`` says how much (against the file size measured here), and ``replaybuf copy``
+    to a new file gives it back with every value kept."""
+    from replaybuf_core.cli import main
+
+    path = tmp_path / "t.h5"
+    rng = np.random.default_rng(0)
+    with ReplayBuffer.create_empty("hdf5", store=path) as rb:
+        for _ in range(4):
+            rb.add_episode({"obs": rng.standard_normal((400, 64)).astype(np.float32)})
+    fresh = os.path.getsize(path)
+    with ReplayBuffer(str(path)) as rb:
+        assert rb.store.reclaimable_bytes() < 0.1 * fresh
+        for _ in range(10):
+            rb.trim_episode(0, start=1)
+        dead = rb.store.reclaimable_bytes()
+        want = rb["obs"][:]
+    grown = os.path.getsize(path)
+    assert grown > 2 * fresh and dead > 0.5 * grown  # the dead space, measured
+    assert main(["copy", str(path), str(tmp_path / "c.h5"), "--backend", "hdf5"]) == 0
+    with ReplayBuffer.create_from_path(str(tmp_path / "c.h5")) as rb:
+        np.testing.assert_array_equal(rb["obs"][:], want)
+        assert rb.store.reclaimable_bytes() < 0.1 * os.path.getsize(tmp_path / "c.h5")
+    assert os.path.getsize(tmp_path / "c.h5") < 1.2 * fresh

@@ -1,14 +1,18 @@
 """``replaybuf edit`` and ``replaybuf rechunk`` from the shell: results read back through zarr-python
-(another path than the code under test), refusals exit 2 and change nothing."""
+(another path than the code under test), refusals exit 2 and change nothing, an interrupted edit
+exits 130 (143 for SIGTERM) with the store as before."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 import zarr
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.cli import main
+from replaybuf_core.cli import _Terminated, main
+from replaybuf_core.store import editing
 
 
 @pytest.fixture
@@ -82,3 +86,32 @@ def test_star_chunk_length_leaves_frames_and_out_of_range_trim_exits_2(store, ca
 def test_deleting_every_episode_needs_all(store, capsys):
     assert main(["edit", "delete", str(store), "::-1", "--all"]) == 0
     assert _zarr(store) == ([], [])
+
+
+@pytest.mark.parametrize("interrupt, code, line", [(KeyboardInterrupt, 130, "replaybuf edit: interrupted"),
+                                                   (_Terminated, 143, "replaybuf edit: terminated (SIGTERM)")])
+def test_an_interrupted_edit_exits_with_one_line_and_the_store_as_before(store, capsys, monkeypatch, interrupt, code,
+                                                                         line):
+    before = _zarr(store)
+    real_gather = editing._gather
+    calls = []
+
+    def interrupted_gather(*args):  # Ctrl-C while the rows move (the journal written, one block rewritten)
+        calls.append(args)
+        if len(calls) == 2:
+            raise interrupt()
+        return real_gather(*args)
+
+    monkeypatch.setattr(editing, "_gather", interrupted_gather)
+    assert main(["edit", "delete", str(store), "1"]) == code
+    assert len(calls) == 2
+    out, err = capsys.readouterr()
+    assert (out, err.splitlines()) == ("", [line])
+    assert _zarr(store) == before
+    g = zarr.open_group(str(store), mode="r")
+    assert editing.EDIT_JOURNAL not in {k for k, v in g["meta"].attrs.asdict().items() if v is not None}
+    assert not [n for grp in ("data", "meta") for n, _ in g[grp].arrays() if n.startswith(editing.UNDO_PREFIX)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with ReplayBuffer.create_from_path(store) as ro:
+            assert ro.recovery.clean and ro.n_episodes == 4

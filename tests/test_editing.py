@@ -1,19 +1,28 @@
 """In-place edits: delete_episodes, trim_episode, keep_episodes.
 
 Checked against a plain list-of-episodes model (hypothesis), with per-episode meta rows following;
-refused edits change nothing; an edit interrupted after its journal is rolled back by the next
-writable open and refused by a read-only one; deleting the last episode rewrites only the tail.
+refused edits change nothing; an edit interrupted in its own process (Ctrl-C at any store write) is
+rolled back there — the store exactly as before, nothing left that a read-only open refuses — or,
+past its commit, finished; when that rollback fails, the journal stays for the next writable open and
+a read-only one refuses; deleting the last episode rewrites only the tail.
 (SIGKILL trials of delete_episodes: tests/test_crash_safety.py.)
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import warnings
+
 import numpy as np
 import pytest
+import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
+from replaybuf_core.store import editing
 from replaybuf_core.store.editing import EDIT_JOURNAL, UNDO_PREFIX, InterruptedEditError
 
 
@@ -129,32 +138,172 @@ def test_keep_episodes_by_meta_mask_and_read_only_refusal(tmp_path):
         ro.delete_episodes([0])
 
 
-def test_an_interrupted_edit_is_rolled_back(tmp_path, monkeypatch):
-    buf = _build([4, 6, 3, 5], "zarr", tmp_path)
-    model = [(_episode(i, n), i * 10) for i, n in enumerate([4, 6, 3, 5])]
-    store = buf.store
+def _die_at_second_data_shrink(store, monkeypatch):
+    """Make the rewrite's shrink of the second data key raise KeyboardInterrupt (journal written,
+    rows of the first key already moved)."""
     real_resize = store.resize
     calls = []
 
-    def dying_resize(group, name, n):  # the rewrite's shrink of the second data key "dies"
+    def dying_resize(group, name, n):
         calls.append(name)
         if group == "data" and len([c for c in calls if not c.startswith("_")]) == 2:
-            raise KeyboardInterrupt("killed")
+            raise KeyboardInterrupt("Ctrl-C")
         return real_resize(group, name, n)
 
     monkeypatch.setattr(store, "resize", dying_resize)
-    with pytest.raises(KeyboardInterrupt):
+
+
+def _open_read_only_quietly(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recovery warning, nothing hidden
+        ro = ReplayBuffer.create_from_path(path)
+    assert ro.recovery.clean
+    return ro
+
+
+def test_an_interrupted_edit_is_rolled_back_at_once(tmp_path, monkeypatch):
+    lengths = [4, 6, 3, 5]
+    buf = _build(lengths, "zarr", tmp_path)
+    model = [(_episode(i, n), i * 10) for i, n in enumerate(lengths)]
+    _die_at_second_data_shrink(buf.store, monkeypatch)
+    with pytest.raises(KeyboardInterrupt) as caught:
         buf.delete_episodes([1])
     monkeypatch.undo()
-    assert store.get_attrs("meta").get(EDIT_JOURNAL)["kind"] == "delete_episodes"
+    _check(buf, model)  # the buffer itself: old episodes, no journal, no backups
+    assert "the interrupted delete_episodes was rolled back" in "".join(caught.value.__notes__)
+    ro = _open_read_only_quietly(tmp_path / "e.zarr")  # at once, while the writer is still open
+    _check(ro, model)
+    ro.close()
+    buf.delete_episodes([1])  # and the edit can be done again
+    _check(buf, [model[0]] + model[2:])
+
+
+def test_a_failed_rollback_leaves_the_journal_for_the_next_writable_open(tmp_path, monkeypatch):
+    lengths = [4, 6, 3, 5]
+    buf = _build(lengths, "zarr", tmp_path)
+    model = [(_episode(i, n), i * 10) for i, n in enumerate(lengths)]
+    _die_at_second_data_shrink(buf.store, monkeypatch)
+
+    def failing_rollback(store, apply):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(editing, "rollback", failing_rollback)
+    with pytest.raises((InterruptedEditError, KeyboardInterrupt)) as caught:  # (a bare interrupt would stop pytest)
+        buf.delete_episodes([1])
+    monkeypatch.undo()
+    assert caught.type is InterruptedEditError
+    assert caught.match(r"delete_episodes was interrupted \(KeyboardInterrupt: Ctrl-C\) and undoing it .* failed "
+                        r"\(OSError: disk gone\)")
+    assert isinstance(caught.value.__cause__, OSError)
+    assert isinstance(caught.value.__cause__.__context__, KeyboardInterrupt)  # the chain: interrupt, failure, error
+    assert buf.store.get_attrs("meta").get(EDIT_JOURNAL)["kind"] == "delete_episodes"
     buf._release_lock()
     with pytest.raises(InterruptedEditError, match="interrupted delete_episodes"):
         ReplayBuffer.create_from_path(tmp_path / "e.zarr")
     with pytest.warns(RuntimeWarning, match="rolled back"):
         again = ReplayBuffer(str(tmp_path / "e.zarr"))
     _check(again, model)
-    again.delete_episodes([1])  # and the edit can be done again
-    _check(again, [model[0]] + model[2:])
+
+
+MUTATORS = ("write", "resize", "create_array", "delete_array", "set_attrs")
+#: name -> (the edit, what it does to a list of (episode, tag))
+EDITS = {
+    "delete": (lambda b: b.delete_episodes([1]), lambda m: [m[0]] + m[2:]),
+    "trim": (lambda b: b.trim_episode(1, 1, 4),
+             lambda m: [m[0], ({k: v[1:4] for k, v in m[1][0].items()}, 10)] + m[2:]),
+    "keep": (lambda b: b.keep_episodes(np.array([True, False, True, False])), lambda m: [m[0], m[2]]),
+}
+
+
+def _contents(path):
+    """Every array of ``data`` and ``meta`` and their attributes (None ones left out), read through
+    zarr-python."""
+    g = zarr.open_group(str(path), mode="r")
+    arrays = {f"{grp}/{name}": np.asarray(a[:]).tolist() for grp in ("data", "meta") for name, a in g[grp].arrays()}
+    attrs = {grp: {k: v for k, v in g[grp].attrs.asdict().items() if v is not None} for grp in ("data", "meta")}
+    return arrays, attrs
+
+
+def _log_mutations(store, monkeypatch, log, die_at=None):
+    """Record every store mutation in ``log``; raise KeyboardInterrupt instead of mutation ``die_at``."""
+    for name in MUTATORS:
+        real = getattr(store, name)
+
+        def call(*args, _real=real, _name=name, **kwargs):
+            log.append((_name, args[:2]))
+            if len(log) - 1 == die_at:
+                raise KeyboardInterrupt(f"Ctrl-C at {_name}{args[:2]}")
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, call)
+
+
+@pytest.fixture(scope="module")
+def stats_store(tmp_path_factory):
+    """A store with stored statistics and an imported ``stats.json`` (edits drop or update both)."""
+    tmp = tmp_path_factory.mktemp("stats")
+    buf = _build([4, 6, 3, 5], "zarr", tmp)
+    buf.get_stats()
+    buf.store.set_attrs("data", {"source_attrs": {"stats": {"x": {"mean": [1.0]}}, "fps": 10}})
+    buf.close()
+    return tmp / "e.zarr"
+
+
+@pytest.mark.slow  # about 40 trials per edit
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_ctrl_c_at_any_write_leaves_the_old_or_the_new_store(stats_store, tmp_path, monkeypatch, edit):
+    call, follow = EDITS[edit]
+    model = [(_episode(i, n), i * 10) for i, n in enumerate([4, 6, 3, 5])]
+    before = _contents(stats_store)
+    log = []
+    path = tmp_path / "e.zarr"
+    shutil.copytree(stats_store, path)
+    with ReplayBuffer(str(path)) as buf:  # the uninterrupted edit: its mutations, and where it commits
+        _log_mutations(buf.store, monkeypatch, log)
+        call(buf)
+        monkeypatch.undo()
+    commit = log.index(("set_attrs", ("meta", {EDIT_JOURNAL: None})))
+    assert 0 < commit < len(log) - 1
+    for die_at in range(len(log)):
+        shutil.rmtree(path)
+        shutil.copytree(stats_store, path)
+        with ReplayBuffer(str(path)) as buf:
+            _log_mutations(buf.store, monkeypatch, [], die_at)
+            with pytest.raises(KeyboardInterrupt, match="Ctrl-C at") as caught:
+                call(buf)
+            monkeypatch.undo()
+            committed = die_at > commit
+            _check(buf, follow(model) if committed else model)  # the buffer's own bookkeeping too
+            assert ("had committed" if committed else "was rolled back") in "".join(caught.value.__notes__), die_at
+        if not committed:
+            assert _contents(path) == before, die_at  # exactly the pre-edit store: arrays and attributes
+        ro = _open_read_only_quietly(path)
+        _check(ro, follow(model) if committed else model)
+        ro.close()
+
+
+def test_a_second_ctrl_c_waits_for_the_rollback(tmp_path, monkeypatch):
+    lengths = [4, 6, 3, 5]
+    buf = _build(lengths, "zarr", tmp_path)
+    model = [(_episode(i, n), i * 10) for i, n in enumerate(lengths)]
+    _die_at_second_data_shrink(buf.store, monkeypatch)
+    real_rollback = editing.rollback
+
+    def ctrl_c_again(store, apply):  # a real SIGINT as the rollback begins
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_rollback(store, apply)
+
+    monkeypatch.setattr(editing, "rollback", ctrl_c_again)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test runner set
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            buf.delete_episodes([1])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.undo()
+    assert isinstance(caught.value.__context__, KeyboardInterrupt)  # the second, raised after the first
+    _check(buf, model)  # ... once the rollback was done
+    _open_read_only_quietly(tmp_path / "e.zarr").close()
 
 
 def test_backups_of_an_edit_that_never_began_are_deleted(tmp_path):

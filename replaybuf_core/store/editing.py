@@ -20,8 +20,11 @@ first changed row, then the kept rows moved down.  How an edit runs (an *undo jo
 finds a journal and puts the backed-up rows and arrays back; backups without a journal are an
 unfinished step 1 and are deleted.  A read-only open of a store with a journal raises
 :class:`InterruptedEditError` rather than show a half-edited store.  So a kill at any moment
-leaves the old or the new store on the next open, never a mixture.  Edits need the store to
-themselves: readers that opened it before an edit may read rows while they move.
+leaves the old or the new store on the next open, never a mixture.  An interruption the editing
+process survives (Ctrl-C, an error) is rolled back by that process at once, through the same
+:func:`rollback` (:meth:`replaybuf_core.store.buffer_editing.EpisodeEditing._run_edit`): a journal is
+left only by a kill.  Edits need the store to themselves: readers that opened it before an edit
+may read rows while they move.
 
 Deleting the last of 200 episodes rewrites nothing but the tail's partial chunk; deleting the first
 rewrites everything.

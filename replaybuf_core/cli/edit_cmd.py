@@ -50,4 +50,20 @@ def run(args) -> int:
         else:
             rb.keep_episodes(args.mask)
         print(f"{args.path}: {before[0]} episodes / {before[1]} steps -> {rb.n_episodes} episodes / {rb.n_steps} steps")
+        _note_dead_space(args.path, rb.store)
     return 0
+
+
+def _note_dead_space(path: str, store) -> None:
+    """Say so when the edit left a tenth or more of the store's file dead: a backend that never reuses
+    freed space (HDF5) declares it with the optional ``reclaimable_bytes`` verb."""
+    import os
+
+    measure = getattr(store, "reclaimable_bytes", None)
+    if not callable(measure) or not os.path.isfile(path):
+        return
+    dead, size = int(measure()), os.path.getsize(path)
+    if size and dead >= 0.1 * size:
+        print(f"note: {dead / 2**20:.1f} MiB of the {size / 2**20:.1f} MiB file hold no data any more (this backend "
+              f"does not reuse freed space); `replaybuf copy {path} NEW --backend {getattr(store, 'name', 'hdf5')}` "
+              "writes a compact copy")

@@ -407,7 +407,7 @@ def test_hdf5_keeps_a_stale_filter_mask(tmp_path):
     pytest.fail("HDF5 no longer keeps a stale filter mask: drop the warning from docs/backends.md")
 
 
-def test_space_left_by_edits_is_measured_and_a_copy_reclaims_it(tmp_path):
+def test_space_left_by_edits_is_measured_and_a_copy_reclaims_it(tmp_path, capsys):
     """HDF5 never reuses the space of rewritten datasets: ten trims leave most of the file dead.
     ``reclaimable_bytes`` says how much (against the file size measured here), and ``replaybuf copy``
     to a new file gives it back with every value kept."""
@@ -427,6 +427,11 @@ def test_space_left_by_edits_is_measured_and_a_copy_reclaims_it(tmp_path):
         want = rb["obs"][:]
     grown = os.path.getsize(path)
     assert grown > 2 * fresh and dead > 0.5 * grown  # the dead space, measured
+    assert main(["edit", "trim", str(path), "--episode", "1", "--start", "1"]) == 0  # and the edit says so
+    out = capsys.readouterr().out
+    assert "hold no data any more" in out and f"replaybuf copy {path} NEW --backend hdf5" in out
+    with ReplayBuffer.create_from_path(str(path)) as rb:
+        want = rb["obs"][:]
     assert main(["copy", str(path), str(tmp_path / "c.h5"), "--backend", "hdf5"]) == 0
     with ReplayBuffer.create_from_path(str(tmp_path / "c.h5")) as rb:
         np.testing.assert_array_equal(rb["obs"][:], want)

@@ -133,6 +133,36 @@ def test_timestamps_offset_from_the_video(tmp_path):
     assert np.array_equal(ReplayBuffer.create_from_path(tmp_path / "o.zarr")["cam"][:8], want)
 
 
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_ten_bit_video_and_a_display_rotation_are_said_not_dropped_silently(tmp_path, version):
+    """A 10-bit camera is stored as 8-bit RGB — as PyAV's rgb24 decode gives it (compared) — and the
+    report says so; a rotation the file asks players for is said too (PyAV's VideoFrame.rotation)."""
+    from types import SimpleNamespace
+
+    from replaybuf_core.formats.lerobot.video import VideoReader
+
+    spec = Spec([6, 4], fps=10, cameras={"cam": Camera(16, 16, pix_fmt="yuv420p10le")})
+    root = write_dataset(tmp_path / "ds", spec, version)
+    report = import_dataset(root, tmp_path / "o.zarr", progress=False)
+    assert report.ok, report.summary()
+    assert [n for n in report.notes if "10-bit video (yuv420p10le)" in n and "low 2 bits" in n], report.notes
+    assert "10-bit video" in report.summary()
+    video = next(iter(sorted(root.glob("videos/**/*.mp4"))))
+    with ReplayBuffer.create_from_path(tmp_path / "o.zarr") as rb:
+        np.testing.assert_array_equal(rb["cam"][:6], np.stack(decode_whole(video)[:6]))
+    reader = VideoReader(str(video), "cam", False, 1e-4)
+    try:
+        reader._note_rotation(SimpleNamespace(rotation=0))
+        reader._note_rotation(SimpleNamespace(rotation=-90.0))
+        assert [n for n in reader.notes if "rotate" in n] == [
+            f"camera cam: {video} asks players to rotate its frames by -90 degrees (display matrix); the frames "
+            "are stored as coded, not rotated"]
+    finally:
+        reader.close()
+    plain = write_dataset(tmp_path / "plain", Spec([3], fps=10, cameras={"cam": Camera(16, 16)}), version)
+    assert not [n for n in import_dataset(plain, tmp_path / "p.zarr", progress=False).notes if "bit video" in n]
+
+
 def test_frames_too_far_from_their_rows_are_refused(tmp_path):
     spec = Spec([6], fps=10, cameras={"cam": Camera(16, 16)})
     root = write_dataset(tmp_path / "ds", spec, "v2.1")

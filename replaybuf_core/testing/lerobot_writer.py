@@ -21,7 +21,8 @@ import numpy as np
 @dataclass
 class Camera:
     """One camera: ``height`` × ``width``; ``codec`` (PyAV encoder name: libx264, mpeg4, libsvtav1...),
-    ``bframes`` (libx264: B-frames), ``gop`` (keyframe interval); ``depth``: 12-bit gray (ffv1)."""
+    ``bframes`` (libx264: B-frames), ``gop`` (keyframe interval); ``depth``: 12-bit gray (ffv1);
+    ``pix_fmt`` of a colour camera (``yuv420p10le``: 10-bit video)."""
 
     height: int
     width: int
@@ -29,6 +30,7 @@ class Camera:
     bframes: int = 0
     gop: int = 10
     depth: bool = False
+    pix_fmt: str = "yuv420p"
 
 
 @dataclass
@@ -71,7 +73,7 @@ def _encode(path: Path, frames: list[np.ndarray], fps: int, cam: Camera) -> None
             s.pix_fmt = "gray12le"
         else:
             s = c.add_stream(cam.codec, rate=fps)
-            s.pix_fmt = "yuv420p"
+            s.pix_fmt = cam.pix_fmt
             if cam.codec == "libx264":
                 s.options = {"x264-params": f"keyint={cam.gop}:min-keyint={cam.gop}:bframes={cam.bframes}",
                              "preset": "ultrafast" if not cam.bframes else "fast"}
@@ -113,7 +115,7 @@ def _features(spec: Spec) -> dict:
                       "names": ["height", "width", "channel"],
                       "info": {"video.height": cam.height, "video.width": cam.width,
                                "video.codec": "ffv1" if cam.depth else cam.codec.replace("lib", ""),
-                               "video.pix_fmt": "gray12le" if cam.depth else "yuv420p",
+                               "video.pix_fmt": "gray12le" if cam.depth else cam.pix_fmt,
                                "video.is_depth_map": cam.depth, "video.fps": spec.fps, "has_audio": False}}
     return feats
 

@@ -302,6 +302,7 @@ class LeRobotSource(Source):
                                       previous=float(times[first - 1]) if first else None)
         for start in range(first, stop, max_rows):
             end = min(stop, start + max_rows)
+            self._take_notes([self._readers[c] for c in gens])
             part = {k: rows[k][start:end] for k in keys if k in self._columns}
             for k in keys:
                 if k in self._images:
@@ -316,7 +317,15 @@ class LeRobotSource(Source):
                     raise ValueError(f"episode {ep.index}, camera {cam}: {ep.videos[cam][0]} holds frames of "
                                      f"{block.shape[1:]}, meta/info.json declares {want}")
                 part[cam] = block
+            self._take_notes([self._readers[c] for c in gens])
             yield part
+
+    def _take_notes(self, readers: list[VideoReader]) -> None:
+        """The notes of the video readers (bit depth, rotation) in the source's notes, each once."""
+        for reader in readers:
+            for note in reader.notes:
+                if note not in self.notes:
+                    self.notes.append(note)
 
     def read_episode(self, index: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
         keys = list(keys or self.keys)

@@ -48,6 +48,18 @@ def frame_array(frame, depth: bool) -> np.ndarray:
     return a.astype(np.uint16, copy=False)[..., None]
 
 
+def pixel_bits(pix_fmt: str | None) -> int:
+    """Bits of the widest component of the pixel format named ``pix_fmt`` (8 for yuv420p, 10 for
+    yuv420p10le); 8 when PyAV does not know the name."""
+    if not pix_fmt:
+        return 8
+    av = require_av()
+    try:
+        return max(int(c.bits) for c in av.VideoFormat(pix_fmt).components)
+    except (ValueError, TypeError):
+        return 8
+
+
 class VideoReader:
     """Frames of one mp4 file, matched to query times (see the module docstring).  Keeps the file
     open and its decoder positioned, so consecutive episodes of one v3 file decode each frame once.
@@ -73,6 +85,14 @@ class VideoReader:
         self._tb = self._stream.time_base
         self._frames: Iterator | None = None
         self._last_time = -math.inf  # time of the last frame handed out or skipped
+        #: what the stored frames leave out of this video (said in the import report, never silently)
+        self.notes: list[str] = []
+        self._rotation_seen = False
+        pix = self._stream.codec_context.pix_fmt
+        bits = pixel_bits(pix)
+        if not depth and bits > 8:
+            self.notes.append(f"camera {camera}: {path} is {bits}-bit video ({pix}); its frames are stored as 8-bit "
+                              f"RGB (rgb24), the low {bits - 8} bits of each sample dropped")
 
     def first_frame_time(self) -> float | None:
         """Time (s) of the file's first frame (a separate decode; for messages and alignment)."""
@@ -150,6 +170,8 @@ class VideoReader:
                     f"episode {episode}, camera {self.camera}, row {first_row + i}: no frame at the row's time {times[i]!r} s "
                     f"(the next frame of {self.path} is at {t!r} s; tolerance {tol} s)" + hint)
             self._last_time = t
+            if not self._rotation_seen:
+                self._note_rotation(frame)
             try:
                 block.append(frame_array(frame, self.depth))
             except VideoMismatchError as exc:
@@ -160,6 +182,15 @@ class VideoReader:
                 block = []
         if block:
             yield np.stack(block)
+
+    def _note_rotation(self, frame) -> None:
+        """Note (once) a display rotation the file asks players for (its display matrix: PyAV's
+        ``VideoFrame.rotation``, degrees): the stored frames are the coded ones, not rotated."""
+        self._rotation_seen = True
+        degrees = int(round(float(getattr(frame, "rotation", 0) or 0)))
+        if degrees % 360:
+            self.notes.append(f"camera {self.camera}: {self.path} asks players to rotate its frames by {degrees} "
+                              "degrees (display matrix); the frames are stored as coded, not rotated")
 
     def _ended_message(self, episode: int, i: int, times: np.ndarray, first_row: int = 0) -> str:
         last = f"{self._last_time!r} s" if self._last_time > -math.inf else "before the first row"

@@ -179,3 +179,30 @@ def test_what_the_workers_cannot_reach_or_write_is_refused_before_anything_is_wr
         with pytest.raises(TypeError, match="client must be a distributed.Client, got str"):
             rb.save_to_path(tmp_path / "y.zarr", client=address)
     assert not (tmp_path / "y.zarr").exists()
+
+
+@requires_pusht
+def test_ctrl_c_of_a_copy_on_workers_says_one_line_and_leaves_nothing(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group, the local cluster's workers included:
+    they ignore it (the client stops the command), so the command exits 130 with one line, not a
+    KeyboardInterrupt traceback from every worker; nothing is left beside DST."""
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    dst = tmp_path / "c.zarr"
+    proc = subprocess.Popen([sys.executable, "-m", "replaybuf_core.cli", "copy", str(PUSHT), str(dst), "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # the workers are writing frames
+        if sum(os.path.isfile(f) for f in glob.glob(f"{tmp_path}/.c.zarr.building-*/data/img/c/**", recursive=True)) >= 2:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the copy ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert err.splitlines() == ["replaybuf copy: interrupted"], err
+    assert os.listdir(tmp_path) == []

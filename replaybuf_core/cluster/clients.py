@@ -105,8 +105,10 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
     environ["REPLAYBUF_CODEC_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     # The scheduler's HTTP server (health, metrics; no dashboard) takes a free port of 127.0.0.1, not
     # 8787, which another cluster may hold.
+    # Worker processes ignore Ctrl-C (worker_setup): the client, in the same process group, stops
+    # the command and closes the cluster, and says so once — not a traceback from every worker.
     options = dict(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-                   silence_logs=logging.CRITICAL,
+                   silence_logs=logging.CRITICAL, preload=["replaybuf_core.cluster.worker_setup"],
                    scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
             distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:

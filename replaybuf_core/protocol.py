@@ -54,6 +54,9 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       missing chunk file (``replaybuf verify``; decoding is checked by
                                       reading); ``rows``: only objects holding some of the first
                                       ``rows`` rows (the committed ones) count
+``reclaimable_bytes() -> int``       bytes of the store's file that hold nothing any more (a backend
+                                      that never reuses freed space: HDF5); ``replaybuf edit`` says so
+                                      when they are a tenth of the file or more
 ``create_schema_arrays(schema, **options)``  create the ``data`` arrays a
                                       :class:`~replaybuf_core.layout.schema.DatasetSchema` declares
                                       (:mod:`replaybuf_core.store.creation`; options ``image_codec``,
@@ -67,6 +70,12 @@ Optional methods of a :class:`BackendEntrypoint`:
                                       ``rechunk_recompress_array``)
 ``break_lock(location, *, storage_options=None, force=False) -> holder | None``  break the writer
                                       lock or lease a dead writer left behind (``replaybuf unlock``)
+``delete_store(location, *, storage_options=None) -> int``  delete a store that has no directory to
+                                      remove (object storage), under its writer lease (``replaybuf delete``)
+
+A writer lock or lease a writable open takes (``lock_path`` / the backend's ``acquire_writer_lease()``)
+may carry ``check()``: the buffer calls it before every change, data write and commit, and it raises
+``StoreLockedError`` once the lease was lost (:mod:`replaybuf_zarr.lease`: the fence).
 """
 
 from __future__ import annotations

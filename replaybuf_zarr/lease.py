@@ -224,13 +224,14 @@ def _expires_in(info: dict) -> float | None:
         return None
 
 
-def _holder(info: dict) -> str:
+def _holder(info: dict, lapse: bool = True) -> str:
+    """Who holds the lease ``info`` (host, pid, age) and, with ``lapse``, when it lapses."""
     age = time.time() - float(info.get("created_unix", time.time()))
     left = _expires_in(info)
-    lapse = ("; it never lapses by itself (written without an expiry)" if left is None else
-             f"; it lapsed {-left:.0f} s ago" if left < 0 else f"; it lapses in {left:.0f} s unless renewed")
+    when = ("" if not lapse else "; it never lapses by itself (written without an expiry)" if left is None else
+            f"; it lapsed {-left:.0f} s ago" if left < 0 else f"; it lapses in {left:.0f} s unless renewed")
     return (f"host {info.get('host', '?')} pid {info.get('pid', '?')}, created {info.get('created', '?')} "
-            f"({age:.0f} s ago){lapse}")
+            f"({age:.0f} s ago){when}")
 
 
 def acquire_lease(store: Any) -> Lease:
@@ -299,24 +300,34 @@ def _take_over_expired(url: str, inner: Any, obstore, body: bytes) -> Any:
         info = _read(inner, obstore)[0]
     except FileNotFoundError:
         info = {}
-    here = "" if info.get("host") != socket.gethostname() else (
-        " (running)" if _alive_here(info) else " (not running on this host: dead)")
+    dead_here = info.get("host") == socket.gethostname() and not _alive_here(info)
+    here = "" if info.get("host") != socket.gethostname() else (" (not running: dead)" if dead_here else " (running)")
+    left = _expires_in(info)
+    way = (f"its holder is dead: break it with `replaybuf unlock {url}`" if dead_here else
+           f"a lease without an expiry never lapses: if its writer is gone, `replaybuf unlock {url}`" if left is None
+           else f"a dead writer's lease lapses by itself; to take the store from a live writer: `replaybuf unlock "
+                f"{url} --force` (that writer then fails its next commit)")
     raise StoreLockedError(f"{url} is being written by another writer: its lease {url}/{LEASE_NAME} is held by "
-                           f"{_holder(info)}{here}; a dead writer's lease lapses by itself — or break it with "
-                           f"`replaybuf unlock {url}`") from None
+                           f"{_holder(info)}{here}; {way}") from None
 
 
 def _alive_here(info: dict) -> bool:
-    """True when the lease's holder is a running process of this host."""
+    """True when the lease's holder is a running process of this host (a killed process its parent
+    has not reaped yet — a zombie — is not running: it will never renew or commit again)."""
     if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
         return False
+    pid = info["pid"]
     try:
-        os.kill(info["pid"], 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:  # "pid (name) S ...": the state follows the last ')'
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):  # no /proc (not Linux): what kill(pid, 0) said
+        return True
 
 
 def break_lease(url: str, storage_options: dict | None = None, force: bool = False) -> str | None:
@@ -341,14 +352,14 @@ def break_lease(url: str, storage_options: dict | None = None, force: bool = Fal
     left = _expires_in(info)
     dead_here = info.get("host") == socket.gethostname() and not _alive_here(info)
     if not force and not dead_here and not (left is not None and left < 0):
-        why = (" — a process of this host that is still running" if _alive_here(info) else
-               " — on another host, so it cannot be checked here" if info.get("host") != socket.gethostname()
-               else "")
-        raise StoreLockedError(f"{url}: the lease is held by {_holder(info)}{why}; it is still running or its "
-                               "lease has not lapsed: stop that writer first, wait for the lease to lapse, or pass "
-                               "--force / force=True (that writer then fails its next commit)")
+        why = ("a process of this host that is still running" if _alive_here(info) else
+               "a writer on another host, which cannot be checked from here" if info.get("host") != socket.gethostname()
+               else "a writer that may still be running")
+        raise StoreLockedError(f"{url}: the lease is held by {_holder(info)} — {why}. Stop that writer, wait for "
+                               "its lease to lapse, or break it with --force (force=True in Python); a live writer "
+                               "then fails its next commit")
     try:
         obstore.delete(store.store, LEASE_NAME)
     except Exception as exc:  # noqa: BLE001
         raise describe_failure(url, store, exc) from exc
-    return _holder(info)
+    return _holder(info, lapse=False)

@@ -108,7 +108,8 @@ def test_unlock_breaks_a_lease_that_has_not_lapsed_only_with_force(s3_server, ca
     lapsed = {**other, "expires_unix": time.time() - 1}
     obstore.put(_raw_store(url), ".replaybuf.lease", json.dumps(lapsed).encode())
     assert main(["unlock", url]) == 0  # a lapsed lease needs no --force
-    assert "lapsed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "broke the lease held by host robot-7 pid 4242" in out and "lapses in" not in out
 
 
 def test_an_old_lease_without_an_expiry_never_lapses_by_itself(s3_server):
@@ -200,3 +201,27 @@ def test_delete_is_for_object_storage_and_leaves_a_local_store_alone(tmp_path, c
     assert "rm -r" in capsys.readouterr().err
     with ReplayBuffer.create_from_path(str(path)) as ro:
         assert ro.n_episodes == 1
+
+
+def test_a_killed_writer_its_parent_has_not_reaped_is_dead_not_running(s3_server, capsys):
+    """A SIGKILLed writer stays a zombie until its parent waits for it: it will never renew or
+    commit, so it is dead — ``unlock`` breaks its lease without --force and the refusal says how."""
+    url = s3_server.new_url()
+    ReplayBuffer.create_empty("zarr", url).close()
+    proc = _writer_process(url, lease_seconds=60)
+    os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # killed, not reaped: a zombie
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:
+            if f.read().rpartition(b")")[2].split()[0] == b"Z":
+                break
+        time.sleep(0.02)
+    try:
+        with pytest.raises(StoreLockedError, match=rf"pid {proc.pid}.*\(not running: dead\).*replaybuf unlock"):
+            ReplayBuffer(url)
+        assert main(["unlock", url]) == 0
+        assert f"pid {proc.pid}" in capsys.readouterr().out
+    finally:
+        proc.wait()
+    with ReplayBuffer(url) as rb:
+        rb.add_episode(_episode())

@@ -15,11 +15,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    """Delete the store at ``args.url`` through the backend that opens it; returns 0, or 2 without
-    ``--yes`` (nothing deleted).  Raises what the backend's ``delete_store`` raises (no store there,
-    a writer's lease, a local path)."""
-    import sys
-
+    """Delete the store at ``args.url`` through the backend that opens it; returns 0.  Raises ValueError without ``--yes``, and what the backend's
+    ``delete_store`` raises (no store there, a writer's lease, a local path)."""
     from replaybuf_core import registry
     from replaybuf_core.errors import CapabilityError
 
@@ -28,9 +25,7 @@ def run(args) -> int:
     if delete is None:
         raise CapabilityError(f"{args.url}: the {entry.name!r} backend cannot delete a store")
     if not args.yes:
-        print(f"error: {args.url}: pass --yes to delete this store and every episode in it (nothing was deleted)",
-              file=sys.stderr)
-        return 2
+        raise ValueError(f"{args.url}: pass --yes to delete this store and every episode in it (nothing was deleted)")
     n = delete(args.url)
     print(f"{args.url}: deleted ({n} objects)")
     return 0

@@ -65,5 +65,6 @@ def _note_dead_space(path: str, store) -> None:
     dead, size = int(measure()), os.path.getsize(path)
     if size and dead >= 0.1 * size:
         print(f"note: {dead / 2**20:.1f} MiB of the {size / 2**20:.1f} MiB file hold no data any more (this backend "
-              f"does not reuse freed space); `replaybuf copy {path} NEW --backend {getattr(store, 'name', 'hdf5')}` "
+              f"does not reuse freed space); `replaybuf copy {path} NEW{os.path.splitext(path)[1]} --backend "
+              f"{getattr(store, 'name', 'hdf5')}` "
               "writes a compact copy")

@@ -13,7 +13,7 @@ def register(sub) -> None:
     """Add this command to the ``replaybuf`` sub-parser action ``sub``."""
     formats = registry.list_export_formats()
     p = sub.add_parser(
-        "export", help="export a store as another library's dataset (diffusion-policy zarr, robomimic HDF5)",
+        "export", help="export a store as another library's dataset (LeRobot v3, diffusion-policy zarr, robomimic HDF5)",
         description="Write the episodes of STORE at DST in FORMAT's layout, built beside DST, read back "
                     "through an independent reader and compared with the store before it is moved into "
                     f"place.  Exit 0 when verified, 2 for bad input.  Formats: {', '.join(formats) or 'none'}.")

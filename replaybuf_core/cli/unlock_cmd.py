@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def register(sub) -> None:
     """Add ``unlock`` to the ``replaybuf`` sub-parser action ``sub``."""
-    p = sub.add_parser("unlock", help="break the writer lease of a store on object storage (its writer is dead)",
+    p = sub.add_parser("unlock", help="break the writer lease of a store on object storage (lapsed, its writer dead, or --force)",
                        description="Delete URL/.replaybuf.lease, the lease a writable open of an s3:// / gs:// / "
                                    "az:// store holds. A dead writer's lease lapses by itself (60 s after its last "
                                    "renewal; REPLAYBUF_LEASE_SECONDS); without --force only a lapsed lease or one "

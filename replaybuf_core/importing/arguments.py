@@ -154,7 +154,8 @@ def check_url_destination(entry: Any, url: str, overwrite: bool, storage_options
         raise ValueError(f"{url}: the {entry.name} backend does not open object storage (use --backend zarr)") from exc
     probe.close()
     how = ("object stores have no rename, so an import cannot build beside the old store and swap it in; "
-           "delete the old store first (e.g. `aws s3 rm --recursive URL`) or import to another prefix")
+           f"delete the old store first (`replaybuf delete {url} --yes`: under its lease, metadata first) or import to "
+           "another prefix")
     raise FileExistsError(f"{url} already holds a store; " + ("overwrite (--overwrite) cannot replace it there: "
                                                               if overwrite else "") + how)
 

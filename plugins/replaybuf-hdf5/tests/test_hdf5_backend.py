@@ -429,7 +429,7 @@ def test_space_left_by_edits_is_measured_and_a_copy_reclaims_it(tmp_path, capsys
     assert grown > 2 * fresh and dead > 0.5 * grown  # the dead space, measured
     assert main(["edit", "trim", str(path), "--episode", "1", "--start", "1"]) == 0  # and the edit says so
     out = capsys.readouterr().out
-    assert "hold no data any more" in out and f"replaybuf copy {path} NEW --backend hdf5" in out
+    assert "hold no data any more" in out and f"replaybuf copy {path} NEW.h5 --backend hdf5" in out
     with ReplayBuffer.create_from_path(str(path)) as rb:
         want = rb["obs"][:]
     assert main(["copy", str(path), str(tmp_path / "c.h5"), "--backend", "hdf5"]) == 0

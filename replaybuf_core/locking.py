@@ -33,6 +33,23 @@ _mutex = threading.Lock()
 _held: dict[str, list[int]] = {}
 
 
+def process_running(pid: int) -> bool:
+    """True when process ``pid`` of this host is running.  A process killed but not yet reaped by its
+    parent (a zombie, ``/proc/<pid>/stat`` state Z) is not: it will never write again.  One of another
+    user (``kill`` refused) counts as running; without ``/proc`` (not Linux) a zombie counts as running."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:  # "pid (name) S ...": the state follows the last ')'
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
 def lock_dir_of(store: Any) -> Path | None:
     """The directory a writer lock for ``store`` (a StorageBackend) goes in, or None when the store
     is not a local directory (memory stores, files handled by their own library).  Backends declare

@@ -46,6 +46,7 @@ import uuid
 from typing import Any
 
 from replaybuf_core.errors import StoreLockedError
+from replaybuf_core.locking import process_running
 
 from .object_store import _obstore, describe_failure, open_object_store, store_url
 
@@ -150,21 +151,18 @@ class Lease:
                 last ETag), or no renewal succeeded for longer than its duration less the margin
                 (the lease may have lapsed and been taken).  Nothing is written after it.
         """
-        age = time.monotonic() - self._renewed_at
-        if self._lost is None and age > self.ttl - self._margin():
-            self._lost = (f"the lease {self.path} was last renewed {age:.1f} s ago; it lasts {self.ttl:.0f} s, so "
-                          "another writer may hold the store now (this process was paused, or the endpoint was "
-                          "unreachable)")
-        if self._lost is None:
-            obstore = _obstore()
-            try:
-                meta = obstore.head(self._store, LEASE_NAME)
-            except FileNotFoundError:
-                meta = None
-            if meta is None or (self._e_tag and _e_tag(meta) != self._e_tag):
-                with self._mutex:  # a renewal in flight may have just changed our ETag
-                    current = self._e_tag
-                if meta is None or _e_tag(meta) != current:
+        with self._mutex:  # no renewal between the HEAD and the comparison with our ETag
+            age = time.monotonic() - self._renewed_at
+            if self._lost is None and age > self.ttl - self._margin():
+                self._lost = (f"the lease {self.path} was last renewed {age:.1f} s ago; it lasts {self.ttl:.0f} s, "
+                              "so another writer may hold the store now (this process was paused, or the endpoint "
+                              "was unreachable)")
+            if self._lost is None:
+                try:
+                    meta = _obstore().head(self._store, LEASE_NAME)
+                except FileNotFoundError:
+                    meta = None
+                if meta is None or (self._e_tag is not None and _e_tag(meta) != self._e_tag):
                     self._lost = (f"the lease {self.path} is no longer this writer's (broken with replaybuf "
                                   "unlock --force, or taken over after it expired)")
         if self._lost is not None:
@@ -300,7 +298,7 @@ def _take_over_expired(url: str, inner: Any, obstore, body: bytes) -> Any:
         info = _read(inner, obstore)[0]
     except FileNotFoundError:
         info = {}
-    dead_here = info.get("host") == socket.gethostname() and not _alive_here(info)
+    dead_here = _dead_here(info)
     here = "" if info.get("host") != socket.gethostname() else (" (not running: dead)" if dead_here else " (running)")
     left = _expires_in(info)
     way = (f"its holder is dead: break it with `replaybuf unlock {url}`" if dead_here else
@@ -311,23 +309,17 @@ def _take_over_expired(url: str, inner: Any, obstore, body: bytes) -> Any:
                            f"{_holder(info)}{here}; {way}") from None
 
 
+def _dead_here(info: dict) -> bool:
+    """True when the lease's holder is a process of this host that is no longer running."""
+    return info.get("host") == socket.gethostname() and not _alive_here(info)
+
+
 def _alive_here(info: dict) -> bool:
     """True when the lease's holder is a running process of this host (a killed process its parent
     has not reaped yet — a zombie — is not running: it will never renew or commit again)."""
     if info.get("host") != socket.gethostname() or not isinstance(info.get("pid"), int):
         return False
-    pid = info["pid"]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:  # "pid (name) S ...": the state follows the last ')'
-            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):  # no /proc (not Linux): what kill(pid, 0) said
-        return True
+    return process_running(info["pid"])
 
 
 def break_lease(url: str, storage_options: dict | None = None, force: bool = False) -> str | None:
@@ -350,7 +342,7 @@ def break_lease(url: str, storage_options: dict | None = None, force: bool = Fal
     except Exception as exc:  # noqa: BLE001 - obstore's errors (endpoint, credentials, bucket): named with the URL
         raise describe_failure(url, store, exc) from exc
     left = _expires_in(info)
-    dead_here = info.get("host") == socket.gethostname() and not _alive_here(info)
+    dead_here = _dead_here(info)
     if not force and not dead_here and not (left is not None and left < 0):
         why = ("a process of this host that is still running" if _alive_here(info) else
                "a writer on another host, which cannot be checked from here" if info.get("host") != socket.gethostname()

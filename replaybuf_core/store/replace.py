@@ -133,14 +133,8 @@ def _remove_stale_builds(path: Path) -> None:
             pid = int(p.name[p.name.index(prefix) + len(prefix):].split("-")[0])
         except ValueError:
             continue
-        if pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if pid != os.getpid() and not locking.process_running(pid):  # another user's process counts as live
             _remove(p)
-        except PermissionError:  # another user's live process
-            pass
 
 
 def _remove(path: Path) -> None:

@@ -23,7 +23,7 @@ LINT = ("import sys, importlinter.cli as c; "
 #: the contracts: the only modules at the top of replaybuf_core (beside its subpackages)
 CONTRACT_MODULES = {"__init__", "errors", "export_format", "hookspecs", "locations", "locking", "protocol", "registry", "source"}
 SUBPACKAGES = {"cli", "cluster", "exporting", "formats", "importing", "inspection", "layout", "recording",
-               "sampling", "stats", "store", "synthetic", "testing", "torch"}
+               "sampling", "stats", "store", "synthetic", "testing", "torch", "viewer"}
 MAX_MODULE_LINES = 600
 
 

@@ -28,6 +28,7 @@ from . import (
     info_cmd,
     merge_cmd,
     rechunk_cmd,
+    serve_cmd,
     stats_cmd,
     synth_cmd,
     unlock_cmd,
@@ -36,7 +37,7 @@ from . import (
 )
 
 CORE_COMMANDS = (backends_cmd, copy_cmd, delete_cmd, edit_cmd, export_cmd, formats_cmd, import_cmd, info_cmd, merge_cmd, rechunk_cmd,
-                 stats_cmd, synth_cmd, unlock_cmd, verify_cmd, view_cmd)
+                 serve_cmd, stats_cmd, synth_cmd, unlock_cmd, verify_cmd, view_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,66 @@
+"""One episode's numeric keys as plot data for the browser: every component of every numeric or
+bool data key that is not a camera, with its names when the store keeps them (a LeRobot import's
+``key_attrs[key]["names"]``), and ``*_is_pad``-style keys as marks."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from replaybuf_core.inspection.view import image_keys
+
+#: at most this many points per line: a longer episode is sent every k-th step (``stride``)
+MAX_POINTS = 5000
+#: at most this many components of one key are sent (a (64, 64) "state" is not a plot)
+MAX_COMPONENTS = 64
+
+
+def component_names(key_attrs: dict[str, Any] | None, n: int) -> list[str] | None:
+    """Names of the ``n`` flattened components of a key from what its source said about it
+    (``{"names": [...]}`` or LeRobot's ``{"names": {"motors": [...]}}``); None when they are
+    missing or not exactly ``n`` strings."""
+    names = (key_attrs or {}).get("names")
+    if isinstance(names, dict) and len(names) == 1:
+        names = next(iter(names.values()))
+    if isinstance(names, (list, tuple)) and len(names) == n and all(isinstance(x, (str, int)) for x in names):
+        return [str(x) for x in names]
+    return None
+
+
+def is_pad_key(key: str, dtype: np.dtype) -> bool:
+    """A bool key that marks padded steps (``action_is_pad``, ``observation.state_is_pad``)."""
+    return dtype == np.bool_ and key.endswith("is_pad")
+
+
+def numeric_keys(rb: Any) -> list[str]:
+    """The data keys plotted: numeric or bool, not a camera."""
+    cams = set(image_keys(rb))
+    return [k for k in rb.keys() if k not in cams and np.dtype(rb.store.dtype("data", k)).kind in "biuf"]
+
+
+def episode_series(rb: Any, episode: int) -> dict[str, Any]:
+    """Plot data of episode ``episode`` (0-based, in range: the caller checks).
+
+    Returns ``{"episode", "length", "stride", "steps" (the step of each point), "series": [{"key",
+    "shape", "dtype", "names" (list or None), "components" (count in the key), "values" (a list per
+    component sent, floats; NaN/inf as None), "pad" (bool key of ``*_is_pad`` style)}]}``.
+    Components past :data:`MAX_COMPONENTS` are left out (``components`` says how many there are)."""
+    sl = rb.get_episode_slice(episode)
+    length = sl.stop - sl.start
+    stride = max(1, math.ceil(length / MAX_POINTS))
+    key_attrs = (rb.store.get_attrs("data") or {}).get("key_attrs") or {}
+    out = []
+    for key in numeric_keys(rb):
+        dtype = np.dtype(rb.store.dtype("data", key))
+        x = np.asarray(rb.store.read("data", key, sl.start, sl.stop))[::stride]
+        x = x.reshape(x.shape[0], -1)
+        n = x.shape[1]
+        shown = x[:, :MAX_COMPONENTS].astype(np.float64)
+        values = [[v if math.isfinite(v) else None for v in col] for col in shown.T.tolist()]
+        out.append({"key": key, "shape": list(rb.store.shape("data", key)[1:]), "dtype": str(dtype),
+                    "names": component_names(key_attrs.get(key), n), "components": n,
+                    "values": values, "pad": is_pad_key(key, dtype)})
+    return {"episode": int(episode), "length": int(length), "stride": stride,
+            "steps": list(range(0, length, stride)), "series": out}

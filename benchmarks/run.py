@@ -2,7 +2,7 @@
 
 Sections: sampling, training throughput, diffusion_policy's dataset code on our store, in-place edits, export, statistics, ingest, imports on Dask, object
 storage, step→episode index, bytes on disk, LeRobot import, frame codecs on natural frames, training reads on natural frames against a
-LeRobot-style video reader, live recording (see each module's docstring).
+LeRobot-style video reader, live recording, the browser viewer on 100,000 episodes (see each module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
 imports all of Push-T (206 episodes, 25,650 frames) and a two-camera 480x640 LeRobot dataset, about fifteen
 minutes on 2 cores (six of them recording in real time; ``python -m benchmarks.record_bench`` runs that section alone).
@@ -32,6 +32,7 @@ from . import (
     sampling_bench,
     stats_bench,
     training_bench,
+    viewer_bench,
 )
 from .common import PUSHT, Table
 
@@ -79,6 +80,7 @@ def main(argv=None) -> int:
         frames_bench.run(table, args.smoke)
         natural_training_bench.run(table, tmp, args.smoke)
         record_bench.run(table, tmp, args.smoke)
+        viewer_bench.run(table, tmp, args.smoke)
     print(table.render())
     print(f"\n(total {time.perf_counter() - t0:.0f} s; medians; ratios measured side by side in this run)")
     return 0

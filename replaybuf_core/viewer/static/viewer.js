@@ -214,7 +214,7 @@ function buildPlots() {
     const shown = s.values.length;
     const more = shown < s.components ? ` (first ${shown} of ${s.components} components)` : "";
     div.append(el("div", {}, `${s.key} ${JSON.stringify(s.shape)} ${s.dtype}${more}${s.pad ? " — padded steps shaded" : ""}`));
-    const canvas = el("canvas", { width: 900, height: 120, "data-key": s.key });
+    const canvas = el("canvas", { width: 900, height: s.components > 1 ? 120 : 64, "data-key": s.key });
     canvas.addEventListener("click", (ev) => {
       const r = canvas.getBoundingClientRect();
       const f = (ev.clientX - r.left) / r.width;

@@ -317,3 +317,27 @@ def test_the_serve_command_serves_until_interrupted(small_store):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert proc.returncode in (0, 130), proc.stderr.read()
+
+
+def test_the_viewer_follows_another_writers_commits(small_store, monkeypatch):
+    import replaybuf_core.viewer.app as app_module
+
+    monkeypatch.setattr(app_module, "REFRESH_SECONDS", 0.0)
+    with ServerThread(create_app(str(small_store), writable=True)) as url:
+        assert json.loads(_get(url + "api/summary")[1])["n_episodes"] == 3
+        with ReplayBuffer(str(small_store)) as rb:
+            rb.add_episode({"obs": np.ones((6, 3), np.float32), "img": np.full((6, 16, 16, 3), 9, np.uint8),
+                            "action_is_pad": np.zeros(6, bool)})
+        page = json.loads(_get(url + "api/episodes")[1])
+        assert page["total"] == 4 and page["episodes"][3]["length"] == 6
+        import imagecodecs
+
+        assert (imagecodecs.png_decode(_get(url + "api/episodes/3/frames/img/5")[1]) == 9).all()
+        with ReplayBuffer(str(small_store)) as rb:
+            rb.delete_episodes([0])  # an edit: the generation moves on, the count goes back to 3
+        summary = json.loads(_get(url + "api/summary")[1])
+        assert summary["n_episodes"] == 3 and summary["generation"] == 1
+        st_, body = _post(url + "api/masks/bad", {"episodes": [0], "n_episodes": 3, "generation": 0})
+        assert st_ == 409 and "reload the page" in body["error"]
+        assert json.loads(_get(url + "api/episodes/0")[1])["length"] == 7  # old episode 1
+    assert "mask.bad" not in _meta_listing(small_store)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from importlib import resources
 from typing import Any
 
@@ -32,6 +33,7 @@ from replaybuf_core.errors import ReadOnlyError, StoreLockedError
 from replaybuf_core.inspection.summary import buffer_info
 from replaybuf_core.inspection.view import image_keys
 from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.store.commit import read_generation
 
 from .catalog import MASK_PREFIX, EpisodeCatalog
 from .frames import FORMATS, encode_frame
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: the read-only buffer's chunk cache: scrubbing back and forth decodes each chunk once
 CACHE_BYTES = 256 << 20
+#: how often (s, at most) the list, summary and episode pages look for commits by other processes
+REFRESH_SECONDS = 2.0
 
 
 class HTTPProblem(Exception):
@@ -91,13 +95,37 @@ class Viewer:
         self.path = path
         self.writable = bool(writable)
         self.storage_options = storage_options
-        self.rb = ReplayBuffer(path, read_only=True, storage_options=storage_options) \
-            if storage_options else ReplayBuffer.create_from_path(path)
-        self.rb.cache_bytes = CACHE_BYTES
         self.lock = threading.RLock()
-        self.catalog = EpisodeCatalog(self.rb)
-        self.cameras = image_keys(self.rb)
+        self._open(self._read_only())
+        self._checked = time.monotonic()
+
+    def _read_only(self) -> ReplayBuffer:
+        if self.storage_options:
+            return ReplayBuffer(self.path, read_only=True, storage_options=self.storage_options)
+        return ReplayBuffer.create_from_path(self.path)
+
+    def _open(self, rb: ReplayBuffer) -> None:
+        rb.cache_bytes = CACHE_BYTES
+        self.rb = rb
+        self.version = (rb.n_episodes, rb.n_steps, read_generation(rb.store))
+        self.catalog = EpisodeCatalog(rb)
+        self.cameras = image_keys(rb)
         self._stats: dict | None = None
+
+    def refresh(self) -> None:
+        """Follow the store when another process committed since (appended, dropped, edited): at
+        most every :data:`REFRESH_SECONDS`, reopen it read-only and, when its episodes or edit
+        generation differ, serve the new state (the page's saves then refuse stale marks)."""
+        if time.monotonic() - self._checked < REFRESH_SECONDS:
+            return
+        self._checked = time.monotonic()
+        rb = self._read_only()
+        if (rb.n_episodes, rb.n_steps, read_generation(rb.store)) != self.version:
+            old = self.rb
+            self._open(rb)
+            old.close()
+        else:
+            rb.close()
 
     # ------------------------------------------------------------------ checks
     def episode(self, raw: str) -> int:
@@ -119,7 +147,7 @@ class Viewer:
         return {"path": str(self.path), "backend": self.rb.backend, "n_episodes": self.catalog.n_episodes,
                 "n_steps": self.rb.n_steps, "fps": self.catalog.fps, "keys": keys, "cameras": self.cameras,
                 "masks": self.catalog.masks, "episode_meta": list(self.catalog.numeric) + self.catalog.text_names,
-                "writable": self.writable}
+                "generation": self.version[2], "writable": self.writable}
 
     def episode_detail(self, ep: int) -> dict[str, Any]:
         row = self.catalog.rows(np.array([ep]))[0]
@@ -172,9 +200,10 @@ class Viewer:
         try:
             check_mask_name(name)
             episodes = check_episodes(body["episodes"], self.catalog.n_episodes).tolist()
-            if body["n_episodes"] != self.catalog.n_episodes:
-                raise StoreChangedError(f"the page showed {body['n_episodes']} episodes, the viewer has "
-                                        f"{self.catalog.n_episodes}: reload the page (nothing was written)")
+            if body["n_episodes"] != self.catalog.n_episodes or body.get("generation", self.version[2]) != self.version[2]:
+                raise StoreChangedError(f"the store changed since the page was loaded (it showed {body['n_episodes']} "
+                                        f"episodes; the store has {self.catalog.n_episodes}, edit generation "
+                                        f"{self.version[2]}): reload the page (nothing was written)")
             mask = save_mask(self.path, name, episodes, self.catalog.n_episodes, self.storage_options)
         except (ValueError, TypeError, IndexError) as exc:
             raise HTTPProblem(400, str(exc)) from None
@@ -212,10 +241,13 @@ def create_app(path: Any, writable: bool = False, storage_options: dict | None =
     viewer = Viewer(path, writable=writable, storage_options=storage_options)
     static = resources.files("replaybuf_core.viewer") / "static"
 
-    def answer(fn):
-        """A route whose body is ``fn(request)`` as JSON, under the read lock."""
+    def answer(fn, refresh=False):
+        """A route whose body is ``fn(request)`` as JSON, under the read lock (``refresh``: first
+        follow commits of other processes, :meth:`Viewer.refresh`)."""
         def endpoint(request):
             with viewer.lock:
+                if refresh:
+                    viewer.refresh()
                 return JSONResponse(fn(request))
         return endpoint
 
@@ -263,9 +295,10 @@ def create_app(path: Any, writable: bool = False, storage_options: dict | None =
     routes = [
         Route("/", page),
         Route("/episodes/{ep}", episode_page),
-        Route("/api/summary", answer(lambda r: viewer.summary())),
-        Route("/api/episodes", answer(lambda r: _page(viewer, r.query_params))),
-        Route("/api/episodes/{ep}", answer(lambda r: viewer.episode_detail(viewer.episode(r.path_params["ep"])))),
+        Route("/api/summary", answer(lambda r: viewer.summary(), refresh=True)),
+        Route("/api/episodes", answer(lambda r: _page(viewer, r.query_params), refresh=True)),
+        Route("/api/episodes/{ep}", answer(lambda r: viewer.episode_detail(viewer.episode(r.path_params["ep"])),
+                                           refresh=True)),
         Route("/api/episodes/{ep}/series",
               answer(lambda r: episode_series(viewer.rb, viewer.episode(r.path_params["ep"])))),
         Route("/api/episodes/{ep}/frames/{key}/{step}", frame),

@@ -63,7 +63,8 @@ async function saveMask() {
   try {
     const r = await api("/api/masks/" + encodeURIComponent(maskName()), {
       method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ episodes: sortedMarks(), n_episodes: state.summary.n_episodes }),
+      body: JSON.stringify({ episodes: sortedMarks(), n_episodes: state.summary.n_episodes,
+                             generation: state.summary.generation }),
     });
     status.textContent = `saved ${r.saved}: ${r.marked} of ${r.n_episodes} episodes marked`;
     status.dataset.saved = r.saved;
@@ -95,6 +96,10 @@ async function renderList() {
   let page;
   try { page = await api("/api/episodes?" + q); } catch (e) { showError(e.message); return; }
   clearError();
+  if (page.total !== state.summary.n_episodes) {
+    showError(`the store changed since this page was loaded (${state.summary.n_episodes} episodes then, ${page.total} now): `
+              + "reload the page before marking (saving refuses marks made on the old list)");
+  }
   state.matched = page.matched;
   const metaNames = page.episodes.length ? Object.keys(page.episodes[0].meta) : [];
   const head = el("tr");

@@ -75,20 +75,26 @@ def buffer_info(path_or_buffer: Any) -> dict[str, Any]:
                             "max": int(lengths.max())} if lengths.size else None),
         "data": data,
         "meta": meta,
-        "attrs": _jsonable(s.get_attrs("data")),
+        "attrs": jsonable(s.get_attrs("data")),
         "total_nbytes": total_n,
         "total_stored_bytes": sum(stored_all) if stored_all and None not in stored_all else None,
     }
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
+    """``x`` in JSON types: dicts (str keys), lists (from tuples and arrays), NumPy scalars as Python
+    ones, NaN and infinities as None (JSON has neither), anything else as its ``repr``."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
     if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, (str, int, float, bool)) or x is None:
+        return jsonable(x.item())
+    if isinstance(x, float):
+        return x if np.isfinite(x) else None
+    if isinstance(x, (str, int, bool)) or x is None:
         return x
     return repr(x)
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.errors import ReadOnlyError, StoreLockedError
-from replaybuf_core.inspection.summary import buffer_info
+from replaybuf_core.inspection.summary import buffer_info, jsonable
 from replaybuf_core.inspection.view import image_keys
 from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.store.commit import read_generation
@@ -71,20 +71,6 @@ def _int_arg(params: Any, name: str, default: int | None = None) -> int | None:
         return int(raw)
     except ValueError:
         raise HTTPProblem(400, f"query parameter {name}={raw!r} is not an integer") from None
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        return _jsonable(x.item())
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
 
 
 class Viewer:
@@ -160,7 +146,7 @@ class Viewer:
                 full[name] = json.loads(value) if name == "episode_attrs" else value
             except ValueError:
                 full[name] = value
-        row["meta_full"] = _jsonable(full)
+        row["meta_full"] = jsonable(full)
         row["cameras"] = [{"key": k, "shape": list(s.shape("data", k)[1:])} for k in self.cameras]
         return row
 
@@ -182,7 +168,7 @@ class Viewer:
 
     def stats(self) -> dict[str, Any]:
         if self._stats is None:
-            self._stats = {k: _jsonable(v) for k, v in self.rb.get_stats().items()}
+            self._stats = {k: jsonable(v) for k, v in self.rb.get_stats().items()}
         return self._stats
 
     def mask(self, name: str) -> dict[str, Any]:
@@ -303,7 +289,7 @@ def create_app(path: Any, writable: bool = False, storage_options: dict | None =
               answer(lambda r: episode_series(viewer.rb, viewer.episode(r.path_params["ep"])))),
         Route("/api/episodes/{ep}/frames/{key}/{step}", frame),
         Route("/api/stats", answer(lambda r: viewer.stats())),
-        Route("/api/info", answer(lambda r: _jsonable({**buffer_info(viewer.rb), "path": str(viewer.path)}))),
+        Route("/api/info", answer(lambda r: jsonable({**buffer_info(viewer.rb), "path": str(viewer.path)}))),
         Route("/api/masks/{name}", answer(lambda r: viewer.mask(r.path_params["name"])), methods=["GET"]),
         Route("/api/masks/{name}", save, methods=["POST"]),
         Route("/api/commands", answer(lambda r: viewer.commands(r.query_params))),

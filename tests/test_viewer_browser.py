@@ -48,7 +48,7 @@ def source():
     import zarr
 
     g = zarr.open_group(str(PUSHT), mode="r")  # the diffusion_policy source, read with zarr-python
-    return {"ends": np.asarray(g["meta/episode_ends"][:EPISODES]), "img": g["data/img"]}
+    return {"ends": np.asarray(g["meta/episode_ends"][:EPISODES]), "img": g["data/img"], "state": g["data/state"]}
 
 
 @pytest.fixture
@@ -100,6 +100,10 @@ def test_list_scrub_compare_pixels_and_mark_two_episodes(page, pusht, source):
             assert (shown[..., 3] == 255).all()
             assert f"step {step} of" in page.inner_text("#step-label")
         assert page.locator("#plots canvas").count() == 4  # action, keypoint, n_contacts, state
+        # the legend of each plot holds the values at the cursor: the last step scrubbed to
+        legend = page.locator(".plot", has=page.locator("canvas[data-key='state']")).locator(".legend span")
+        shown_state = [float(t.split(":")[1]) for t in legend.all_inner_texts()]
+        np.testing.assert_allclose(shown_state, source["state"][start + step], rtol=1e-3)
 
         # mark episode 3 here, episode 7 in the list; save as mask.bad
         page.check("#ep-mark")

@@ -208,7 +208,15 @@ function drawPlot(canvas, s) {
 
 function drawPlots() {
   if (!state.series) return;
-  document.querySelectorAll("#plots canvas").forEach((c, i) => drawPlot(c, state.series.series[i]));
+  const i = Math.min(Math.floor(state.step / state.series.stride), state.series.steps.length - 1);
+  document.querySelectorAll("#plots .plot").forEach((div, j) => {
+    const s = state.series.series[j];
+    drawPlot(div.querySelector("canvas"), s);
+    div.querySelectorAll(".legend span").forEach((sp, c) => {  // each component's value at the cursor
+      const v = s.values[c][i];
+      sp.textContent = `■ ${s.names ? s.names[c] : c}: ${v === null ? "–" : fmt(v)}  `;
+    });
+  });
 }
 
 function buildPlots() {
@@ -226,7 +234,7 @@ function buildPlots() {
       setStep(Math.round(f * (state.episode.length - 1)));
     });
     div.append(canvas);
-    if (shown > 1) {
+    {  // one component too: the legend holds the value at the cursor
       const legend = el("div", { class: "legend" });
       for (let c = 0; c < shown; c++) {
         const sp = el("span", {}, `■ ${s.names ? s.names[c] : c}  `);

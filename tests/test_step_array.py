@@ -122,3 +122,33 @@ def test_writes_through_a_step_array_never_leave_stale_statistics(stored, tmp_pa
     from replaybuf_core.inspection.verify import verify_store
 
     assert [p for p in verify_store(str(tmp_path / "w.zarr")) if p.level == "error"] == []
+
+
+def test_small_keys_sliced_often_on_a_read_only_buffer_are_loaded_into_memory(stored, tmp_path, monkeypatch):
+    import replaybuf_core.store.step_array as step_array
+
+    path, model = stored
+    rb = ReplayBuffer.create_from_path(path)
+    for i in range(step_array.AUTO_PIN_READS - 1):
+        np.testing.assert_array_equal(rb["obs"][i:i + 3], model["obs"][i:i + 3])
+    assert rb.store.pinned("data", "obs") is None  # not yet: a few reads load nothing whole
+    np.testing.assert_array_equal(rb["obs"][5:9], model["obs"][5:9])
+    pinned = rb.store.pinned("data", "obs")
+    assert pinned is not None
+    np.testing.assert_array_equal(pinned, model["obs"])
+    for i in range(0, N - 4, 3):  # and reads from it are the store's rows
+        np.testing.assert_array_equal(rb["obs"][i:i + 4], model["obs"][i:i + 4])
+    # over the per-key limit: the chunk reader keeps serving it
+    monkeypatch.setattr(step_array, "AUTO_PIN_KEY_BYTES", model["img"].nbytes - 1)
+    for i in range(2 * step_array.AUTO_PIN_READS):
+        np.testing.assert_array_equal(rb["img"][i % N], model["img"][i % N])
+    assert rb.store.pinned("data", "img") is None
+    # a writable buffer never loads a key on its own (its writes would drop the copy again)
+    work = tmp_path / "w.zarr"
+    import shutil
+
+    shutil.copytree(path, work)
+    with ReplayBuffer(work) as w:
+        for i in range(2 * step_array.AUTO_PIN_READS):
+            w["obs"][i % 10]
+        assert w.store.pinned("data", "obs") is None

@@ -124,6 +124,8 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         self._ends = np.array(report.episode_ends, dtype=np.int64)
         self._n_ep = self._ends.size
         self._idx_cache: np.ndarray | None = None
+        self._step_reads: dict[str, int] = {}  # rb[key] slices per key, and the bytes they loaded
+        self._auto_pinned_bytes = 0            # into memory (step_array._auto_pin)
 
     @property
     def recovery(self) -> RecoveryReport:

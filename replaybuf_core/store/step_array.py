@@ -42,7 +42,7 @@ class StepArray:
         ReadOnlyError: assignment on a buffer opened read-only.
     """
 
-    __slots__ = ("_rb", "_key", "_dtypes")
+    __slots__ = ("_rb", "_key", "_dtypes", "_dtype")
 
     def __init__(self, buffer: ReplayBuffer, key: str, dtypes: str = "source"):
         from .buffer_dtypes import check_dtypes
@@ -50,6 +50,7 @@ class StepArray:
         self._rb = buffer
         self._key = key
         self._dtypes = check_dtypes(dtypes)
+        self._dtype: np.dtype | None = None  # a key's dtype never changes: looked up once
 
     # -- what the array is ----------------------------------------------------------------------
     @property
@@ -65,7 +66,9 @@ class StepArray:
     def dtype(self) -> np.dtype:
         """The dtype reads return: the source's for a key an import converted (``stored_dtype``: as
         stored), see :mod:`replaybuf_core.store.buffer_dtypes`."""
-        return self._rb.dtype_of(self._key, self._dtypes)
+        if self._dtype is None:
+            self._dtype = self._rb.dtype_of(self._key, self._dtypes)
+        return self._dtype
 
     @property
     def stored_dtype(self) -> np.dtype:
@@ -101,6 +104,8 @@ class StepArray:
 
     def __getitem__(self, index: Any) -> Any:
         memory = self._pinned()
+        if memory is None and _auto_pin(self._rb, self._key):
+            memory = self._pinned()
         if memory is not None:
             return self._rb._as_read(self._key, memory[index], self._dtypes)
         return self._rb._as_read(self._key, self._read(index), self._dtypes)
@@ -164,6 +169,42 @@ class StepArray:
         with self._rb._mutex:
             forget_stats(self._rb, self._key)  # first: statistics of the old rows are never served after
             self._rb._store.write("data", self._key, a, block)
+
+
+#: a small key read through ``rb[key]`` this many times on a read-only buffer is loaded into memory
+AUTO_PIN_READS = 16
+#: ... when its decoded size is at most this many bytes ...
+AUTO_PIN_KEY_BYTES = 16 << 20
+#: ... and the keys loaded so hold at most this many bytes in all (per buffer)
+AUTO_PIN_TOTAL_BYTES = 128 << 20
+
+
+def _auto_pin(rb: Any, key: str) -> bool:
+    """Per-item code (diffusion_policy's sampler: ``rb[key][a:b]`` per key per item) pays the chunk
+    reader's fixed cost on every slice; for a small key — states, actions: kilobytes to megabytes —
+    that is most of an item's time.  So on a read-only buffer whose backend can ``pin``, the
+    :data:`AUTO_PIN_READS`-th slice of a key of at most :data:`AUTO_PIN_KEY_BYTES` decoded bytes
+    loads it into memory (as :meth:`~replaybuf_core.ReplayBuffer.warm` does), within a budget of
+    :data:`AUTO_PIN_TOTAL_BYTES` per buffer.  Camera keys stay with the chunk reader and its cache.
+    Read-only only: a writable buffer's writes would drop the copy again.  True when it pinned."""
+    store = rb._store
+    pin = getattr(store, "pin", None)
+    if pin is None or not store.read_only:
+        return False
+    n = rb._step_reads[key] = rb._step_reads.get(key, 0) + 1
+    if n != AUTO_PIN_READS:
+        return False
+    shape = tuple(store.shape("data", key))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(store.dtype("data", key)).itemsize
+    used = rb._auto_pinned_bytes
+    if np.dtype(store.dtype("data", key)).kind not in "biuf" or nbytes > AUTO_PIN_KEY_BYTES \
+            or used + nbytes > AUTO_PIN_TOTAL_BYTES:
+        return False
+    with rb._mutex:
+        if not pin("data", key):
+            return False
+    rb._auto_pinned_bytes = used + nbytes
+    return True
 
 
 def _is_int(k: Any) -> bool:

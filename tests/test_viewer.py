@@ -182,7 +182,12 @@ def test_bad_urls_are_404_or_400_with_a_message(small_store):
         cases = {
             "api/episodes/3": (404, "episode 3 is out of range: the store has 3 episodes"),
             "api/episodes/-1/series": (404, "episode -1 is out of range"),
-            "api/episodes/x": (404, "'x' is not an episode index"),
+            "api/episodes/x": (404, "episode 'x' is not an index"),
+            "api/episodes/1_0": (404, "episode '1_0' is not an index"),
+            "api/episodes/0/frames/img/%201": (404, "step ' 1' is not an index"),
+            "api/commands?episodes=99999999999999999999999": (400, "is not an index"),
+            "api/commands?episodes=2,9": (400, "episode 9 is out of range"),
+            "api/episodes?q=%C2%B2": (200, None),
             "api/episodes/0/frames/img/5": (404, "step 5 is out of range: episode 0 has 5 steps"),
             "api/episodes/0/frames/obs/0": (404, "'obs' is not a camera"),
             "api/episodes/0/frames/img/0?format=gif": (400, "format 'gif' is unknown"),
@@ -194,7 +199,7 @@ def test_bad_urls_are_404_or_400_with_a_message(small_store):
         for path, (status, message) in cases.items():
             st_, body, ctype = _get(url + path)
             assert st_ == status, path
-            assert "application/json" in ctype and message in json.loads(body)["error"], path
+            assert "application/json" in ctype and (message is None or message in json.loads(body)["error"]), path
             assert b"Traceback" not in body
         st_, body, _ = _get(url + "episodes/7")
         assert st_ == 404 and b"episode 7 is out of range" in body
@@ -320,7 +325,7 @@ def test_the_serve_command_serves_until_interrupted(small_store):
 
 
 def test_the_viewer_follows_another_writers_commits(small_store, monkeypatch):
-    import replaybuf_core.viewer.app as app_module
+    import replaybuf_core.viewer.state as app_module
 
     monkeypatch.setattr(app_module, "REFRESH_SECONDS", 0.0)
     with ServerThread(create_app(str(small_store), writable=True)) as url:
@@ -341,3 +346,88 @@ def test_the_viewer_follows_another_writers_commits(small_store, monkeypatch):
         assert st_ == 409 and "reload the page" in body["error"]
         assert json.loads(_get(url + "api/episodes/0")[1])["length"] == 7  # old episode 1
     assert "mask.bad" not in _meta_listing(small_store)
+
+
+def test_nan_meta_depth_and_float_cameras_are_shown_not_500(tmp_path):
+    import imagecodecs
+
+    path = tmp_path / "odd.zarr"
+    rb = ReplayBuffer.create_empty("zarr", str(path))
+    depth = np.full((4, 8, 8), 3000, np.uint16)
+    depth[:, 0, 0], depth[:, 0, 1] = 1000, 51400  # every frame spans 1000..51400 (the sampled range)
+    depth[2, 4, 4] = 26200
+    dark = np.full((4, 8, 8, 3), 1.0, np.float32)  # a 0..255 float camera with a near-black frame
+    dark[0, 0, 0] = 200.0
+    dark[3] = 250.0
+    rb.add_episode({"depth": depth, "rgbf": dark, "x": np.arange(4.0)})
+    rb.add_episode({"depth": depth, "rgbf": dark, "x": np.arange(4.0)})
+    rb.update_meta({"score": np.array([0.5, np.nan])})
+    rb.close()
+    with ServerThread(create_app(str(path))) as url:
+        page = json.loads(_get(url + "api/episodes")[1])
+        assert [e["meta"]["score"] for e in page["episodes"]] == [0.5, None]
+        detail = json.loads(_get(url + "api/episodes/1")[1])
+        ranges = {c["key"]: c["display_range"] for c in detail["cameras"]}
+        assert ranges == {"depth": [1000.0, 51400.0], "rgbf": [0.0, 255.0]}
+        shown = imagecodecs.png_decode(_get(url + "api/episodes/0/frames/depth/2")[1])
+        expect = np.clip(np.rint((depth[2].astype(float) - 1000) * 255 / 50400), 0, 255).astype(np.uint8)
+        np.testing.assert_array_equal(shown, expect)
+        assert shown[4, 4] == 128 and shown[0, 0] == 0 and shown[0, 1] == 255
+        shown = imagecodecs.png_decode(_get(url + "api/episodes/1/frames/rgbf/1")[1])
+        assert (shown == 1).all()  # 1.0 of 0..255 stays dark: one range per camera, not per frame
+
+
+def test_saves_from_another_origin_or_without_json_are_refused(small_store):
+    before = _meta_listing(small_store)
+    with ServerThread(create_app(str(small_store), writable=True)) as url:
+        body = json.dumps({"episodes": [1], "n_episodes": 3}).encode()
+        for headers, message in [({"Content-Type": "text/plain"}, "Content-Type: application/json"),
+                                 ({"Content-Type": "application/json", "Origin": "http://evil.example"},
+                                  "not from http://evil.example")]:
+            req = urllib.request.Request(url + "api/masks/csrf", data=body, method="POST", headers=headers)
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=30)
+            assert err.value.code == 403 and message in json.loads(err.value.read())["error"]
+        same = url.rstrip("/")
+        req = urllib.request.Request(url + "api/masks/ok", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "Origin": same})
+        assert urllib.request.urlopen(req, timeout=30).status == 200
+        for name, bad, message in [("a%2Fb", {"episodes": [1], "n_episodes": 3}, "mask name 'a/b' is invalid"),
+                                   ("ok", {"episodes": [1], "n_episodes": "3"}, "must be integers"),
+                                   ("ok", {"episodes": [10 ** 30], "n_episodes": 3}, "out of range")]:
+            st_, answer = _post(url + f"api/masks/{name}", bad)
+            assert st_ == 400 and message in answer["error"], (name, bad)
+    after = _meta_listing(small_store)
+    assert set(after) - set(before) == {"mask.ok"} and after["mask.ok"] == [False, True, False]
+
+
+def test_statistics_name_components_and_do_not_hold_up_the_list(small_store, monkeypatch):
+    import threading
+    import time
+
+    import replaybuf_core.store.buffer as buffer_module
+
+    started, release = threading.Event(), threading.Event()
+    real = buffer_module.ReplayBuffer.get_stats
+
+    def slow_stats(self, *a, **k):
+        started.set()
+        release.wait(20)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(buffer_module.ReplayBuffer, "get_stats", slow_stats)
+    with ServerThread(create_app(str(small_store))) as url:
+        got = {}
+        t = threading.Thread(target=lambda: got.update(json.loads(_get(url + "api/stats")[1])))
+        t.start()
+        assert started.wait(20)
+        t0 = time.monotonic()
+        assert _get(url + "api/episodes")[0] == 200  # served while the statistics are computed
+        assert time.monotonic() - t0 < 10
+        release.set()
+        t.join(30)
+    rb = ReplayBuffer.create_from_path(str(small_store))
+    expect = rb.get_stats()
+    assert set(got["keys"]) == set(expect) and got["cameras"] == ["img"]
+    np.testing.assert_allclose(got["keys"]["obs"]["mean"], expect["obs"]["mean"])
+    assert got["shapes"]["obs"] == [3]

@@ -142,11 +142,11 @@ class EpisodeCatalog:
             if values is None or values.dtype != np.bool_:
                 raise KeyError(f"no mask {mask!r} (meta/{MASK_PREFIX}{mask}); masks: {self.masks}")
             keep &= values == (True if marked is None else bool(marked))
-        if text:
+        if text and text.strip():
             needle = text.strip().lower()
             tasks = self.all_tasks()
             hit = np.fromiter((t is not None and needle in t.lower() for t in tasks), bool, self.n_episodes)
-            if needle.isdigit() and int(needle) < self.n_episodes:
+            if needle.isascii() and needle.isdigit() and int(needle) < self.n_episodes:
                 hit[int(needle)] = True
             keep &= hit
         return np.flatnonzero(keep).astype(np.int64)

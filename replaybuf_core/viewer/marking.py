@@ -40,7 +40,10 @@ def check_episodes(episodes: Any, n_episodes: int) -> np.ndarray:
     if not isinstance(episodes, (list, tuple)) or not all(
             isinstance(e, int) and not isinstance(e, bool) for e in episodes):
         raise TypeError(f"episodes must be a list of integers, got {episodes!r:.80}")
-    idx = np.unique(np.asarray(episodes, dtype=np.int64))
+    try:
+        idx = np.unique(np.asarray(episodes, dtype=np.int64))
+    except OverflowError:
+        raise IndexError(f"an episode index is out of range: the store has {n_episodes} episodes") from None
     bad = idx[(idx < 0) | (idx >= n_episodes)]
     if bad.size:
         raise IndexError(f"episode {int(bad[0])} is out of range: the store has {n_episodes} episodes")

@@ -28,12 +28,14 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         sock.close()
-        if exc.errno == errno.EADDRINUSE:
+        if getattr(exc, "errno", None) == errno.EADDRINUSE:
             raise PortInUseError(errno.EADDRINUSE, f"port {port} on {host} is in use (another server?): "
                                                    "pick another with --port, or --port 0 for any free one") from None
-        raise
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise OSError(getattr(exc, "errno", None), f"cannot listen on {host} port {port}: {reason} "
+                                                   "(--host must be an address of this machine)") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock

@@ -28,7 +28,12 @@ function el(tag, attrs, text) {
 }
 
 // ------------------------------------------------------------------ marks (kept for this tab)
-function marksKey() { return "replaybuf-marks:" + state.summary.path; }
+// marks are kept per tab and per store *state*: after an edit (or any commit) old marks would name
+// other episodes, so they are not carried over
+function marksKey() {
+  const s = state.summary;
+  return `replaybuf-marks:${s.path}:${s.n_episodes}:${s.n_steps}:${s.generation}`;
+}
 function loadMarks() {
   try { state.marks = new Set(JSON.parse(sessionStorage.getItem(marksKey()) || "[]")); } catch (e) { state.marks = new Set(); }
 }
@@ -59,6 +64,8 @@ async function showCommands() {
 }
 async function saveMask() {
   const status = $("#save-status");
+  if (state.summary.masks.includes(maskName())
+      && !confirm(`meta/mask.${maskName()} exists: replace it with these ${state.marks.size} marks?`)) return;
   status.textContent = "saving…";
   try {
     const r = await api("/api/masks/" + encodeURIComponent(maskName()), {
@@ -103,7 +110,10 @@ async function renderList() {
   state.matched = page.matched;
   const metaNames = page.episodes.length ? Object.keys(page.episodes[0].meta) : [];
   const head = el("tr");
-  for (const h of ["mark", "episode", "first row", "length", "duration (s)", "task", ...metaNames]) head.append(el("th", {}, h));
+  const textual = new Set(["task", ...metaNames.filter((m) => page.episodes.some((e) => typeof e.meta[m] === "string"))]);
+  for (const h of ["mark", "episode", "first row", "length", "duration (s)", "task", ...metaNames]) {
+    head.append(el("th", { class: textual.has(h) ? "text" : "" }, h));
+  }
   $("#episodes thead").replaceChildren(head);
   const rows = page.episodes.map((e) => {
     const tr = el("tr", { class: "episode-row", "data-episode": e.index });
@@ -157,7 +167,7 @@ function setStep(step) {
   state.step = step;
   $("#step").value = step;
   const t = state.summary.fps ? ` · ${(step / state.summary.fps).toFixed(2)} s` : "";
-  $("#step-label").textContent = `step ${step} of ${ep.length}${t} · row ${ep.start + step}`;
+  $("#step-label").textContent = `step ${step} (0–${ep.length - 1})${t} · row ${ep.start + step}`;
   for (const c of document.querySelectorAll("#cameras canvas")) drawFrame(c, ep.index, c.dataset.key, step);
   drawPlots();
 }
@@ -165,6 +175,7 @@ function setStep(step) {
 function play() {
   if (state.timer) { clearInterval(state.timer); state.timer = null; $("#play").textContent = "▶ play"; return; }
   const fps = state.summary.fps || 10;
+  if (state.step >= state.episode.length - 1) setStep(0);  // at the end: play from the start
   $("#play").textContent = "❚❚ pause";
   state.timer = setInterval(() => {
     if (state.step >= state.episode.length - 1) { play(); return; }
@@ -226,7 +237,8 @@ function buildPlots() {
     const div = el("div", { class: "plot" });
     const shown = s.values.length;
     const more = shown < s.components ? ` (first ${shown} of ${s.components} components)` : "";
-    div.append(el("div", {}, `${s.key} ${JSON.stringify(s.shape)} ${s.dtype}${more}${s.pad ? " — padded steps shaded" : ""}`));
+    const every = state.series.stride > 1 ? ` — every ${state.series.stride}th step drawn (${state.series.steps.length} points)` : "";
+    div.append(el("div", {}, `${s.key} ${JSON.stringify(s.shape)} ${s.dtype}${more}${every}${s.pad ? " — padded steps shaded" : ""}`));
     const canvas = el("canvas", { width: 900, height: s.components > 1 ? 120 : 64, "data-key": s.key });
     canvas.addEventListener("click", (ev) => {
       const r = canvas.getBoundingClientRect();
@@ -274,7 +286,9 @@ async function renderEpisode(ep) {
     const canvas = el("canvas", { width: w, height: h, "data-key": c.key, id: "camera-" + c.key });
     const scale = Math.max(1, Math.floor(320 / w));
     canvas.style.width = `${w * scale}px`;
-    fig.append(canvas, el("figcaption", {}, `${c.key} ${h}×${w}`));
+    const r = c.display_range;  // uint8: null, shown as stored; other dtypes: one range per camera
+    const note = r ? ` ${c.dtype}, ${fmt(r[0])}..${fmt(r[1])} shown as 0..255` : "";
+    fig.append(canvas, el("figcaption", {}, `${c.key} ${h}×${w}${note}`));
     return fig;
   });
   $("#cameras").replaceChildren(...cams);
@@ -286,27 +300,38 @@ async function renderEpisode(ep) {
 // ------------------------------------------------------------------ statistics, store summary
 function fmt(v) { return typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(4)) : String(v); }
 
+const STATS_COLUMNS = 64;
+
 async function renderStats() {
   $("#stats").textContent = "computing (first time on a store without stored statistics: a pass over the data)…";
   let stats;
   try { stats = await api("/api/stats"); } catch (e) { $("#stats").textContent = ""; showError(e.message); return; }
+  const keys = Object.entries(stats.keys);
+  if (!keys.length) { $("#stats").textContent = "no statistics: the store has no episodes (or no numeric key)"; return; }
   const out = [];
-  for (const [key, s] of Object.entries(stats)) {
+  for (const [key, st] of keys) {
     const div = el("div", { class: "stats-key" });
-    div.append(el("h3", {}, key));
     const flat = {};
-    for (const [name, v] of Object.entries(s)) flat[name] = [v].flat(Infinity);
-    const width = Math.min(16, Math.max(...Object.values(flat).map((v) => v.length)));
+    for (const [name, v] of Object.entries(st)) flat[name] = [v].flat(Infinity);
+    const total = Math.max(...Object.values(flat).map((v) => v.length));
+    const width = Math.min(STATS_COLUMNS, total);
+    const camera = stats.cameras.includes(key);
+    const notes = [JSON.stringify(stats.shapes[key])];
+    if (camera) notes.push("per channel, on x / 255 (0..1), as LeRobot normalises");
+    if (width < total) notes.push(`first ${width} of ${total} components`);
+    div.append(el("h3", {}, `${key} `), el("span", { class: "note" }, notes.join(" · ")));
+    const names = stats.names[key];
     const t = el("table");
     const head = el("tr"); head.append(el("th", {}, ""));
-    for (let i = 0; i < width; i++) head.append(el("th", {}, i));
+    for (let i = 0; i < width; i++) head.append(el("th", {}, names ? names[i] : (camera ? ["R", "G", "B", "A"][i] ?? i : i)));
     t.append(head);
     for (const [name, vals] of Object.entries(flat)) {
       const tr = el("tr"); tr.append(el("th", {}, name));
       for (let i = 0; i < width; i++) tr.append(el("td", {}, i < vals.length ? fmt(vals[i]) : ""));
       t.append(tr);
     }
-    div.append(t);
+    const scroll = el("div", { class: "scroll" }); scroll.append(t);
+    div.append(scroll);
     out.push(div);
   }
   $("#stats").replaceChildren(...out);
@@ -322,6 +347,7 @@ function show(view) {
 }
 
 function route() {
+  clearError();
   const h = location.hash.replace(/^#/, "") || "/";
   let m;
   if (h === "/") { show("list"); renderList(); }
@@ -338,6 +364,11 @@ async function start() {
     + (s.writable ? "" : " (read-only)");
   loadMarks();
   fillMaskSelect();
+  const maskSelect = document.querySelector("#filters select[name=mask]");
+  const markedSelect = document.querySelector("#filters select[name=marked]");
+  const syncMarked = () => { markedSelect.disabled = !maskSelect.value; };
+  maskSelect.addEventListener("change", syncMarked);
+  syncMarked();
   const save = $("#save-mask");
   save.disabled = !s.writable;
   if (!s.writable) save.title = "start the viewer with --writable to save marks";

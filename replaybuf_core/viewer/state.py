@@ -1,0 +1,220 @@
+"""What the viewer's routes answer from: one read-only :class:`~replaybuf_core.store.buffer.ReplayBuffer`
+(followed when other processes commit), its :class:`~.catalog.EpisodeCatalog`, and the checks of
+everything a URL or a request body names.  No web framework here: :mod:`.app` maps routes onto
+:class:`Viewer`'s methods and :class:`HTTPProblem` onto a status and a message."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from replaybuf_core.errors import ReadOnlyError, StoreLockedError
+from replaybuf_core.inspection.summary import jsonable
+from replaybuf_core.inspection.view import image_keys
+from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.store.commit import read_generation
+
+from .catalog import MASK_PREFIX, EpisodeCatalog
+from .frames import FORMATS, display_range, encode_frame
+from .marking import StoreChangedError, check_episodes, check_mask_name, edit_commands, save_mask
+from .series import component_names
+
+#: the read-only buffer's chunk cache: scrubbing back and forth decodes each chunk once
+CACHE_BYTES = 256 << 20
+#: how often (s, at most) the list, summary and episode pages look for commits by other processes
+REFRESH_SECONDS = 2.0
+#: an index in a URL: decimal digits, an optional minus (``int()`` would also take ``1_0`` and `` 1``)
+_INDEX = re.compile(r"-?[0-9]{1,18}")
+
+
+class HTTPProblem(Exception):
+    """An error the page shows: ``status`` (4xx) and a message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_index(raw: str, what: str) -> int:
+    """``raw`` as an index (:data:`_INDEX`); HTTPProblem 404 naming ``what`` otherwise."""
+    if not isinstance(raw, str) or not _INDEX.fullmatch(raw):
+        raise HTTPProblem(404, f"{what} {raw!r} is not an index (decimal digits, as in /{what}s/3)")
+    return int(raw)
+
+
+class Viewer:
+    """The state behind the routes: the read-only buffer, its :class:`EpisodeCatalog`, a lock that
+    serialises reads (the page asks for frames, series and pages at once), and the statistics,
+    computed once per store state on a buffer of their own (the list and the player stay served
+    meanwhile)."""
+
+    def __init__(self, path: Any, writable: bool = False, storage_options: dict | None = None):
+        self.path = path
+        self.writable = bool(writable)
+        self.storage_options = storage_options
+        self.lock = threading.RLock()
+        self._stats_lock = threading.Lock()
+        self._stats: dict[tuple, dict] = {}
+        self._ranges: dict[str, tuple[float, float] | None] = {}
+        self._open(self._read_only())
+        self._checked = time.monotonic()
+
+    def _read_only(self) -> ReplayBuffer:
+        if self.storage_options:
+            return ReplayBuffer(self.path, read_only=True, storage_options=self.storage_options)
+        return ReplayBuffer.create_from_path(self.path)
+
+    def _open(self, rb: ReplayBuffer) -> None:
+        rb.cache_bytes = CACHE_BYTES
+        self.rb = rb
+        self.version = (rb.n_episodes, rb.n_steps, read_generation(rb.store))
+        self.catalog = EpisodeCatalog(rb)
+        self.cameras = image_keys(rb)
+        self._ranges = {}
+
+    def refresh(self) -> None:
+        """Follow the store when another process committed since (appended, dropped, edited): at
+        most every :data:`REFRESH_SECONDS`, reopen it read-only and, when its episodes or edit
+        generation differ, serve the new state (the page's saves then refuse stale marks)."""
+        if time.monotonic() - self._checked < REFRESH_SECONDS:
+            return
+        self._checked = time.monotonic()
+        rb = self._read_only()
+        if (rb.n_episodes, rb.n_steps, read_generation(rb.store)) != self.version:
+            old = self.rb
+            self._open(rb)
+            old.close()
+        else:
+            rb.close()
+
+    # ------------------------------------------------------------------ checks
+    def episode(self, raw: str) -> int:
+        """The episode index in a URL, 0-based; HTTPProblem 404 naming it and the count."""
+        ep = parse_index(raw, "episode")
+        n = self.catalog.n_episodes
+        if not 0 <= ep < n:
+            span = f" (0 to {n - 1})" if n else ""
+            raise HTTPProblem(404, f"episode {ep} is out of range: the store has {n} episodes{span}")
+        return ep
+
+    # ------------------------------------------------------------------ answers
+    def summary(self) -> dict[str, Any]:
+        s = self.rb.store
+        keys = [{"key": k, "shape": list(s.shape("data", k)[1:]), "dtype": str(np.dtype(s.dtype("data", k))),
+                 "camera": k in self.cameras} for k in self.rb.keys()]
+        return {"path": str(self.path), "backend": self.rb.backend, "n_episodes": self.catalog.n_episodes,
+                "n_steps": self.rb.n_steps, "fps": self.catalog.fps, "keys": keys, "cameras": self.cameras,
+                "masks": self.catalog.masks, "episode_meta": list(self.catalog.numeric) + self.catalog.text_names,
+                "generation": self.version[2], "writable": self.writable}
+
+    def episode_detail(self, ep: int) -> dict[str, Any]:
+        row = self.catalog.rows(np.array([ep]))[0]
+        s = self.rb.store
+        full = {}
+        for name in self.catalog.text_names:
+            value = np.asarray(s.read("meta", name, ep, ep + 1), dtype=object)[0]
+            value = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            try:
+                full[name] = json.loads(value) if name == "episode_attrs" else value
+            except ValueError:
+                full[name] = value
+        row["meta_full"] = full
+        row["cameras"] = [{"key": k, "shape": list(s.shape("data", k)[1:]), "dtype": str(s.dtype("data", k)),
+                           "display_range": self.display_range(k)} for k in self.cameras]
+        return row
+
+    def display_range(self, key: str) -> tuple[float, float] | None:
+        """The one value range a camera's frames are scaled from for display (None: uint8, shown as
+        stored), from frames spread over the store (:func:`.frames.display_range`), kept per key."""
+        if key not in self._ranges:
+            dtype = np.dtype(self.rb.store.dtype("data", key))
+            rows = np.unique(np.linspace(0, self.rb.n_steps - 1, 16).astype(np.int64)) if self.rb.n_steps else None
+            sample = self.rb.read_rows(key, rows, dtypes="stored") if rows is not None and dtype != np.uint8 else None
+            self._ranges[key] = display_range(dtype, sample)
+        return self._ranges[key]
+
+    def frame(self, ep: int, key: str, raw_step: str, fmt: str) -> bytes:
+        if key not in self.cameras:
+            raise HTTPProblem(404, f"{key!r} is not a camera of this store (cameras: {self.cameras})")
+        if fmt not in FORMATS:
+            raise HTTPProblem(400, f"format {fmt!r} is unknown; use one of {sorted(FORMATS)}")
+        length = int(self.catalog.lengths[ep])
+        step = parse_index(raw_step, "step")
+        if not 0 <= step < length:
+            raise HTTPProblem(404, f"step {step} is out of range: episode {ep} has {length} steps (0 to {length - 1})")
+        row = int(self.catalog.starts[ep]) + step
+        frame = self.rb.read_rows(key, np.array([row]), dtypes="stored")[0]
+        return encode_frame(frame, fmt, value_range=self.display_range(key))
+
+    def stats(self) -> dict[str, Any]:
+        """``{"keys": {key: {stat: values}}, "names": {key: component names or None}, "cameras":
+        [...], "shapes": {key: step shape}}``: computed (or read from the store) once per store
+        state, on a read-only buffer of its own, outside :attr:`lock`."""
+        with self.lock:
+            version, rb_shape = self.version, {k: list(self.rb.store.shape("data", k)[1:]) for k in self.rb.keys()}
+            key_attrs = (self.rb.store.get_attrs("data") or {}).get("key_attrs") or {}
+            cameras = list(self.cameras)
+        with self._stats_lock:
+            if version not in self._stats:
+                rb = self._read_only()
+                try:
+                    values = rb.get_stats() if rb.n_episodes else {}
+                finally:
+                    rb.close()
+                names = {k: component_names(key_attrs.get(k), int(np.prod(rb_shape[k], dtype=np.int64)))
+                         for k in values}
+                self._stats = {version: jsonable({"keys": values, "names": names, "cameras": cameras,
+                                                  "shapes": {k: rb_shape[k] for k in values}})}
+            return self._stats[version]
+
+    def mask(self, name: str) -> dict[str, Any]:
+        values = self.catalog.numeric.get(MASK_PREFIX + name)
+        if values is None or values.dtype != np.bool_:
+            raise HTTPProblem(404, f"no mask {name!r} (meta/{MASK_PREFIX}{name}); masks: {self.catalog.masks}")
+        return {"name": name, "episodes": np.flatnonzero(values).tolist(), "n_episodes": int(values.size)}
+
+    def save(self, name: str, body: Any) -> dict[str, Any]:
+        """Save marks (see :func:`.marking.save_mask`); HTTPProblem 403 (read-only viewer), 400 (a bad
+        name, body or index), 409 (another writer, or the store changed since the page loaded)."""
+        if not self.writable:
+            raise HTTPProblem(403, "this viewer is read-only: start it with `replaybuf serve STORE --writable` "
+                                   "to save marks (or run the edit command shown)")
+        if not isinstance(body, dict) or "episodes" not in body or "n_episodes" not in body:
+            raise HTTPProblem(400, 'the body must be JSON {"episodes": [...], "n_episodes": N, "generation": G}')
+        shown, generation = body["n_episodes"], body.get("generation", self.version[2])
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (shown, generation)):
+            raise HTTPProblem(400, f"n_episodes and generation must be integers, got {shown!r} and {generation!r}")
+        try:
+            check_mask_name(name)
+            episodes = check_episodes(body["episodes"], self.catalog.n_episodes).tolist()
+            if shown != self.catalog.n_episodes or generation != self.version[2]:
+                raise StoreChangedError(f"the store changed since the page was loaded (it showed {shown} episodes "
+                                        f"at edit generation {generation}; the store has {self.catalog.n_episodes} "
+                                        f"at generation {self.version[2]}): reload the page and mark again "
+                                        "(nothing was written)")
+            mask = save_mask(self.path, name, episodes, self.catalog.n_episodes, self.storage_options)
+        except (ValueError, TypeError, IndexError) as exc:
+            raise HTTPProblem(400, str(exc)) from None
+        except (StoreLockedError, StoreChangedError, ReadOnlyError) as exc:
+            raise HTTPProblem(409, f"nothing was written: {exc}") from None
+        self.catalog.set_mask(name, mask)
+        return {"saved": f"meta/{MASK_PREFIX}{name}", "marked": int(mask.sum()), "n_episodes": int(mask.size),
+                "commands": edit_commands(str(self.path), name, episodes)}
+
+    def commands(self, params: Any) -> dict[str, str]:
+        name = params.get("name") or "marked"
+        raw = params.get("episodes") or ""
+        try:
+            check_mask_name(name)
+            episodes = [parse_index(e.strip(), "episode") for e in raw.split(",") if e.strip()]
+            check_episodes(episodes, self.catalog.n_episodes)
+        except (ValueError, TypeError, IndexError) as exc:
+            raise HTTPProblem(400, str(exc)) from None
+        except HTTPProblem as exc:
+            raise HTTPProblem(400, str(exc)) from None
+        return edit_commands(str(self.path), name, episodes)

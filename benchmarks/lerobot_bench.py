@@ -10,8 +10,12 @@ keeps it flat, whatever the length.
 
 *Tiers*: the same dataset imported into each frame tier (``exact``, ``fast``, ``video``): CPU
 milliseconds a frame (user + system of the importing process, everything included: decode, encode,
-write, verification) and the store's bytes against the source's (parquet + mp4).  The pass-through
-import of issue 30 (keeping the source's packets) is not built: ``video`` decodes and re-encodes.
+write, verification) and the store's bytes against the source's (parquet + mp4).
+
+*Pass-through*: a dataset as LeRobot writes it (AV1, GOP 2, libsvtav1), imported with
+``video="passthrough"`` (the mp4 packets kept) and, side by side in the same run, re-encoded with
+lossless WebP (``frames="webp"``, the decode-and-WebP import) and ``exact``: CPU ms a frame, wall
+time, store bytes over the source's.  Both are verified bit for bit against PyAV's decode.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ _CHILD = """
 import json, os, sys, time
 from replaybuf_core.importing import import_dataset
 t, c = time.perf_counter(), os.times()
-report = import_dataset(sys.argv[1], sys.argv[2], progress=False, overwrite=True, frames=sys.argv[3])
+report = import_dataset(sys.argv[1], sys.argv[2], progress=False, overwrite=True, frames=sys.argv[3],
+                        format_options={"video": sys.argv[4]})
 dt, c2 = time.perf_counter() - t, os.times()
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 cpu = (c2.user - c.user) + (c2.system - c.system)
@@ -39,9 +44,9 @@ print(json.dumps({"seconds": dt, "cpu": cpu, "ok": report.ok, "maxrss_kb": hwm, 
 """
 
 
-def _import(src: Path, dst: Path, frames: str = "exact") -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(dst), frames], check=True, capture_output=True,
-                         text=True)
+def _import(src: Path, dst: Path, frames: str = "exact", video: str = "reencode") -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(dst), frames, video], check=True,
+                         capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -121,3 +126,28 @@ def run(table: Table, tmp: Path, smoke: bool) -> None:
         table.add("lerobot", f"store bytes / the source's, frames={tier}", dir_bytes(dst) / dir_bytes(src), "x",
                   "{:.2f}")
     table.ratio("lerobot", "import CPU a frame: video / exact", cpu["video"] / cpu["exact"], "(shown)", True)
+    passthrough(table, tmp, h, w, n if smoke else 300)  # 601 frames: the import's fixed costs (~1 s) amortised
+
+
+def passthrough(table: Table, tmp: Path, h: int, w: int, n: int) -> None:
+    """The pass-through rows (see the module docstring)."""
+    from replaybuf_core.testing.lerobot_writer import Camera, Spec, write_dataset
+
+    spec = Spec([n, n + 1], fps=30, cameras={"observation.images.top": Camera(h, w, codec="libsvtav1", gop=2)},
+                episodes_per_file=2, state_dim=14)
+    src = write_dataset(tmp / "lerobot_av1", spec, "v3.0")
+    cpu, wall = {}, {}
+    for name, frames, video in (("passthrough", "exact", "passthrough"), ("webp", "webp", "reencode"),
+                                ("exact", "exact", "reencode")):
+        dst = tmp / f"lerobot_av1_{name}.zarr"
+        r = _import(src, dst, frames, video)
+        if not r["ok"]:
+            raise RuntimeError(f"the LeRobot pass-through benchmark import ({name}) failed its verification")
+        cpu[name], wall[name] = r["cpu"] / r["steps"] * 1e3, r["seconds"] / r["steps"] * 1e3
+        table.add("lerobot", f"AV1 g2 {h}x{w}: import CPU a frame, {name}", cpu[name], "ms", "{:.1f}")
+        table.add("lerobot", f"AV1 g2 {h}x{w}: import wall time a frame, {name}", wall[name], "ms", "{:.1f}")
+        table.add("lerobot", f"AV1 g2 {h}x{w}: store bytes / the source's, {name}", dir_bytes(dst) / dir_bytes(src),
+                  "x", "{:.2f}")
+    for what, v in (("CPU", cpu), ("wall time", wall)):
+        r = v["webp"] / v["passthrough"]
+        table.ratio("lerobot", f"import {what} a frame: decode-and-WebP / pass-through", r, ">= 20", r >= 20)

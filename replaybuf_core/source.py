@@ -70,6 +70,8 @@ class Source:
       reported.  Indices stay those of the full episode list;
     * ``notes``: one line each, what the import report should say about the source (e.g. a camera
       declared with no files, lossy source video);
+    * ``frame_handling``: camera key → how its frames are stored when the format chose for it (LeRobot's
+      pass-through: "passed through ..." or "re-encoded: <why>"), shown in the import report;
 
     and implement :meth:`read_episode`.  :meth:`iter_parts` may be overridden to stream long
     episodes in pieces (video decoding); :meth:`meta_arrays`, :meth:`episode_attrs`,
@@ -89,6 +91,7 @@ class Source:
         self.unavailable: dict[int, str] = {}
         self.skip_unavailable = False
         self.unavailable_hint = ""
+        self.frame_handling: dict[str, str] = {}
 
     @property
     def n_episodes(self) -> int:
@@ -165,6 +168,12 @@ class Source:
     def source_bytes(self) -> int:
         """Bytes on disk of the source (for the report's size comparison)."""
         return _disk_bytes(self.path)
+
+    def frame_choices(self, choices: dict[str, Any]) -> dict[str, Any]:
+        """The frame codec of each camera: ``choices`` (key → ``FrameChoice``, what ``frames=`` asked for)
+        with the cameras the source stores its own way replaced (LeRobot's pass-through: a ``FrameChoice``
+        with ``passthrough=True``).  Default: ``choices`` unchanged."""
+        return choices
 
     def frame_bytes(self, key: str) -> float | None:
         """Bytes one frame of camera ``key`` takes in the source (e.g. its video files' bytes over their

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+
+from replaybuf_core.stats.kernels import channel_histograms
+from replaybuf_core.stats.summaries import FRAMES, KeySummary, summarize
 
 from .plan import KeyPlan
 
@@ -67,6 +70,10 @@ class Checker:
         self.sse = {k: 0.0 for k, p in plans.items() if p.lossy}
         self.worst = {k: math.inf for k in self.sse}
         self._episode_sse: dict[str, tuple[int, float, int]] = {}
+        #: per frame key, the channel histograms of every stored row read back (the statistics' own
+        #: summary of frames: :meth:`stats_summarizer` saves the post-import statistics a second read)
+        self.hist = {k: KeySummary.for_array(p.dtype, p.shape).hist for k, p in plans.items()
+                     if KeySummary.for_array(p.dtype, p.shape).kind == FRAMES}
 
     def stage(self, key: str, start: int, values: np.ndarray, episode: int) -> None:
         """Keep ``values`` (the source rows ``[start, start + len(values))`` of ``key``, as stored:
@@ -84,6 +91,8 @@ class Checker:
             while queue and queue[0][0] + len(queue[0][1]) <= limit:
                 start, x, ep = queue.popleft()
                 y = self.store.read("data", key, start, start + len(x))
+                if key in self.hist:
+                    channel_histograms(y, self.hist[key])
                 if key in self.sse:
                     self._add_error(key, ep, x, y)
                 elif key not in self.first_bad and not same_bits(x, y):
@@ -119,6 +128,8 @@ class Checker:
             p = self.plans[key]
             x = np.concatenate(parts) if parts else np.empty((0,) + p.shape[1:], p.dtype)
             y = self.store.read("data", key, 0, n_steps)
+            if key in self.hist:
+                channel_histograms(y, self.hist[key])
             if same_bits(x, y):
                 continue
             for ep, start, stop in bounds:
@@ -127,3 +138,27 @@ class Checker:
                     break
             else:
                 self._bad(key, bounds[-1][0] if bounds else 0, f"{len(y)} rows stored, {len(x)} in the source")
+
+    def stats_summarizer(self) -> Callable[[Any, list[str], int, int], dict[str, KeySummary]]:
+        """A ``summarizer`` for :meth:`ReplayBuffer.get_stats` right after a verified import: each frame
+        key's summary (its channel histograms) is the one made from the rows read back here, the other
+        keys are read and summarised as usual — the same statistics, bit for bit, without decoding every
+        frame a second time.  Only for a whole buffer (episodes ``0..n``) every row of which was checked
+        (``unchecked()`` empty); otherwise it summarises as usual."""
+
+        def summarize_import(buffer: Any, keys: list[str], first: int, stop: int) -> dict[str, KeySummary]:
+            out: dict[str, KeySummary] = {}
+            if first == 0 and stop == buffer.n_episodes and not self.unchecked():
+                ends = np.asarray(buffer.episode_ends[:stop], dtype=np.int64)
+                for key in keys:
+                    if key in self.hist:
+                        p = self.plans[key]
+                        out[key] = KeySummary.for_array(p.dtype, (int(ends[-1]) if stop else 0,) + p.shape[1:])
+                        out[key].lengths = np.diff(np.r_[0, ends])
+                        out[key].hist = self.hist[key].copy()
+            rest = [k for k in keys if k not in out]
+            if rest:
+                out.update(summarize(buffer, rest, first, stop))
+            return out
+
+        return summarize_import

@@ -37,6 +37,7 @@ import numpy as np
 from replaybuf_core import registry
 from replaybuf_core.cluster.copy import check_client, check_cluster_destination
 from replaybuf_core.layout.codec_names import describe_codec
+from replaybuf_core.layout import video_packets
 from replaybuf_core.layout.frame_choice import FrameChoice, choose_frames
 from replaybuf_core.layout.schema import is_frame_shape
 from replaybuf_core.source import Source
@@ -147,7 +148,9 @@ def import_source(
             (the default: lossless, bit for bit — JPEG XL on zarr), ``"fast"`` (JPEG q95), a codec
             (``"jpeg:90"``, ``"jpeg420:85"``, ``"webp"``, ``"webp:90"``, ``"jpegxl"``), or per key
             (``"observation.images.wrist=fast,*=exact"`` / ``{key: choice}``).  Lossy keys are checked
-            by PSNR against the decoded source, lossless ones bit for bit.
+            by PSNR against the decoded source, lossless ones bit for bit.  A source may store some
+            cameras its own way instead (``Source.frame_choices``: LeRobot's ``video="passthrough"``
+            keeps the mp4 packets; checked bit for bit; the report's ``frame_handling`` says which).
         image_frames_per_shard: frames per shard of image arrays (None: one object per frame); large
             frames get fewer, so a shard holds at most :data:`SHARD_RAW_BYTES` of raw pixels.
         progress: show a tqdm bar over steps (stderr).
@@ -171,7 +174,9 @@ def import_source(
             lossy image codec, both given); an in-memory backend; an unknown key in
             ``skip_keys`` (the message lists the keys); a key of a dtype no store holds (named, with
             the ``skip_keys`` that leaves it out); bad ``episodes``; chosen episodes the source
-            cannot give (``source.unavailable``, named with the option that helps); zero-length
+            cannot give (``source.unavailable``, named with the option that helps); a source's
+            pass-through cameras (LeRobot ``video="passthrough"``) with ``client`` or on a backend
+            without a video frame codec; zero-length
             episodes (named) without ``drop_empty_episodes``; nothing left to import; a source
             episode whose data disagrees with its metadata (named by the format).
         TypeError: bad ``lossy_quality`` / ``image_frames_per_shard`` / ``episodes`` type.
@@ -213,6 +218,10 @@ def import_source(
     if not keys:
         raise ValueError(f"nothing to import: every key of {src_path} is skipped")
     choices = _frame_choices(source, keys, frames)
+    passed = [k for k, c in choices.items() if c.passthrough]
+    if passed and client is not None:
+        raise ValueError(f"video passthrough ({', '.join(passed)}) runs in one process, not on a Dask cluster: "
+                         "import without client= (or with video reencode)")
     chosen = parse_episodes(episodes, source.n_episodes)
     missing = [i for i in chosen if i in source.unavailable]
     if missing and not source.skip_unavailable:
@@ -280,7 +289,7 @@ def import_source(
         elif report.ok:
             with ReplayBuffer(os.fspath(beside.path), backend=backend, **options) as rb:
                 _no_cache(rb.store)
-                summarizer = None
+                summarizer = checker.stats_summarizer()  # frames: the histograms of the rows checked
                 if client is not None:
                     from replaybuf_core.cluster.stats import cluster_summarizer
 
@@ -293,6 +302,7 @@ def import_source(
     report.skipped_episodes = list(source.skipped) + unavailable
     report.skipped_keys = skip
     report.notes = list(source.notes)
+    report.frame_handling = {k: v for k, v in source.frame_handling.items() if k in keys}
     report.source_bytes = source.source_bytes()
     report.seconds = time.perf_counter() - t0
     return report
@@ -303,7 +313,7 @@ def _frame_choices(source: Source, keys: list[str], frames: Any) -> dict[str, Fr
     RGBA is refused before anything is written)."""
     cameras = {k: ((0,) + source.keys[k].shape, np.uint8) for k in keys
                if source.keys[k].kind == "frames" and is_frame_shape((0,) + source.keys[k].shape)}
-    return choose_frames(frames, cameras)
+    return source.frame_choices(choose_frames(frames, cameras))
 
 
 def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int], chosen: list[int],
@@ -341,7 +351,8 @@ def _import_once(source: Source, entry: Any, path: Path, keys: list[str], indice
                 dst.close()
                 raise
         if settings["client"] is None:
-            return _stream(source, rb, plans, keys, indices, n_steps, settings, progress)
+            with video_packets.session():  # a pass-through source hands its packets to the video codec
+                return _stream(source, rb, plans, keys, indices, n_steps, settings, progress)
         checker, bounds = stream_on_cluster(settings["client"], source, rb, plans, indices, n_steps, source.open_args,
                                             os.fspath(path), settings["backend"], settings["storage_options"],
                                             progress)
@@ -414,6 +425,10 @@ def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_ste
     """Create the arrays, meta and attributes of a new destination; returns the buffer on it and the
     plan of each key."""
     _no_cache(dst)
+    passed = [k for k, c in settings["frames"].items() if c.passthrough]
+    if passed and getattr(dst, "image_codec", None) is None:
+        raise ValueError(f"video passthrough ({', '.join(passed)}): this backend ({type(dst).__name__}) has no video "
+                         "frame codec to hold the source's packets (the zarr backend's); import with video reencode")
     lossy = [f"{k}={c}" for k, c in settings["frames"].items() if not c.lossless]
     if lossy and getattr(dst, "image_codec", None) is None:
         raise ValueError(f"frames / lossy_quality: this backend ({type(dst).__name__}) has no image codec and "

@@ -77,6 +77,9 @@ def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, 
             chunks = frame_chunk_shape(shape, codec)
             shards = frame_shard_shape(chunks, frames_per_shard) if frames_per_shard else None
             lossy = choice is not None and not choice.lossless
+            if choice is not None and choice.passthrough and note is None:
+                note = (f"the source's {choice.bitstream} packets, passed through ({choice.gop} frames a chunk; "
+                        "the crf and preset in zarr.json apply only to frames appended later)")
         else:  # a backend without an image codec: exact frames, compressed as numbers
             codec, shards, lossy = resolve_compressor("default"), None, False
         return KeyPlan(key, spec, shape, spec.dtype, np.dtype(np.uint8), chunks, shards, codec, True,

@@ -42,7 +42,9 @@ class ImportReport:
     True when it is empty.  Byte counts are bytes on disk (a file's size or the sum of a directory's
     files); ``seconds`` is wall time of the whole import including verification.  ``notes``: what
     the source format said about the source (lossy video, a camera with no files...);
-    ``skipped_episodes``: source episodes left out, each ``{"episode": ..., "reason": ...}``.
+    ``skipped_episodes``: source episodes left out, each ``{"episode": ..., "reason": ...}``;
+    ``frame_handling``: camera → how the format stored it when it chose (LeRobot's ``video="passthrough"``:
+    ``"passed through: ..."`` or ``"re-encoded with the frames= codec: <why>"``).
     """
 
     src: str
@@ -58,6 +60,7 @@ class ImportReport:
     skipped_episodes: list[dict[str, Any]] = field(default_factory=list)
     skipped_keys: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    frame_handling: dict[str, str] = field(default_factory=dict)
     format: str = ""
     source_bytes: int = 0
     stored_bytes: int = 0
@@ -94,6 +97,8 @@ class ImportReport:
             if r.note:
                 lines.append(f"  {'':<{width}} note: {r.note}")
         lines.append(f"  meta: {', '.join(self.meta_keys)}")
+        for key, how in self.frame_handling.items():
+            lines.append(f"  video: {key}: {how}")
         for note in self.notes:
             lines.append(f"  note: {note}")
         if self.skipped_keys:

@@ -48,6 +48,8 @@ _GRAMMAR = ("exact, fast, jpegxl[:EFFORT 1..9], webp (lossless), webp:QUALITY (0
 #: the video bitstreams: name → (crf range, default crf); and the default frames per chunk (GOP)
 VIDEO_CRF = {"h264": ((0, 51), 18), "av1": ((1, 63), 30)}
 VIDEO_GOP = 8
+#: the pixel formats each video bitstream's chunks hold (8-bit; the first is the encoder's default)
+VIDEO_PIX_FMTS = {"h264": ("yuv420p", "yuv444p"), "av1": ("yuv420p",)}
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,10 @@ class FrameChoice:
     0..100, JPEG 1..100, video: the crf — lower is better), None when lossless; ``effort``: JPEG XL's
     effort (1..9), else None; ``subsampling``: JPEG's chroma subsampling ``"444"`` / ``"420"``, else
     None; ``bitstream``: video's ``"h264"`` / ``"av1"``, else None; ``gop``: video's frames per chunk,
-    else None.  ``str(choice)`` is its ``--frames`` spelling.
+    else None.  ``passthrough``: a video choice no ``--frames`` spelling makes — a source's own packets
+    stored as they are (a LeRobot import's ``video="passthrough"``, :mod:`.video_packets`): lossless
+    against the source's decode, ``quality`` None.  ``str(choice)`` is its ``--frames`` spelling
+    (``passthrough:BITSTREAM:gG`` for a pass-through choice, which ``--frames`` does not take).
     """
 
     codec: str
@@ -67,6 +72,7 @@ class FrameChoice:
     subsampling: str | None = None
     bitstream: str | None = None
     gop: int | None = None
+    passthrough: bool = False
 
     @property
     def lossless(self) -> bool:
@@ -78,6 +84,8 @@ class FrameChoice:
             return f"{'jpeg420' if self.subsampling == '420' else 'jpeg'}:{self.quality}"
         if self.codec == "jpegxl":
             return f"jpegxl:{self.effort}"
+        if self.codec == "video" and self.passthrough:
+            return f"passthrough:{self.bitstream}:g{self.gop}"
         if self.codec == "video":
             return f"video:{self.bitstream}:{self.quality}:g{self.gop}"
         return "webp" if self.quality is None else f"webp:{self.quality}"

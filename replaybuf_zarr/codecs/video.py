@@ -36,6 +36,9 @@ from typing import Any, ClassVar
 import numpy as np
 from zarr.registry import register_codec
 
+from replaybuf_core.layout import video_packets
+from replaybuf_core.layout.frame_choice import VIDEO_PIX_FMTS
+
 from .frame_codec import FrameCodec, check_int
 from .video_chunk import Segment, pack_chunk, unpack_chunk
 
@@ -54,7 +57,7 @@ DEFAULTS = {"h264": {"crf": 18, "preset": "medium", "tune": "fastdecode"},
 #: Default frames per chunk (GOP length).
 DEFAULT_GOP = 8
 
-_PIX_FMTS = {"h264": ("yuv420p", "yuv444p"), "av1": ("yuv420p",)}
+_PIX_FMTS = VIDEO_PIX_FMTS
 _X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
                  "veryslow", "placebo")
 _X264_TUNES = ("", "film", "animation", "grain", "stillimage", "fastdecode", "zerolatency")
@@ -91,6 +94,10 @@ def decode_segment(segment: Segment, height: int, width: int) -> list[np.ndarray
     Raises ValueError: the packets do not decode (corrupt data), decode to fewer frames than
     ``skip + take``, or to frames of another size than ``height`` × ``width``.
     """
+    if segment.codec == video_packets.BLANK:  # padding past the array's end: black frames, no packets
+        if segment.packets or segment.skip:
+            raise ValueError("video chunk: a blank segment holds packets or skips frames (damaged)")
+        return [np.zeros((height, width, 3), np.uint8)] * segment.take
     av = _av()
     ctx = av.CodecContext.create(_decoder_name(segment.codec), "r")
     ctx.thread_count = 1
@@ -209,13 +216,19 @@ class VideoCodec(FrameCodec):
     # -- one chunk ---------------------------------------------------------------------------------
 
     def encode_frame(self, chunk: np.ndarray) -> bytes:
-        """Encode one chunk — uint8 ``(gop, H, W, 3)`` RGB — to the bytes of one closed GOP.
+        """Encode one chunk — uint8 ``(gop, H, W, 3)`` RGB — to the bytes of one closed GOP; or, when a
+        pass-through import registered source packets that decode to exactly these frames
+        (:mod:`replaybuf_core.layout.video_packets`), to those packets, unchanged.
 
         Raises TypeError (dtype) / ValueError (shape) like :meth:`validate`."""
-        av = _av()
         chunk = np.asarray(chunk)
         self._check_dtype(chunk.dtype)
         self.check_chunk_shape(chunk.shape)
+        if video_packets.registered_frames():
+            found = video_packets.claim(chunk)
+            if found is not None:
+                return pack_chunk([Segment(*s) for s in found])
+        av = _av()
         encoder, _ = VIDEO_CODECS[self.codec]
         if self.codec == "av1":
             os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints a banner per encoder unless told

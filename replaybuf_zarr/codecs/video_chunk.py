@@ -8,8 +8,11 @@ decoded frames (in presentation order) belong to the chunk: ``skip`` frames drop
 ``take`` frames kept.  The chunk's frames are the segments' kept frames, in order.
 
 replaybuf's own encoder writes one segment (one closed GOP: skip 0, take G).  Several segments, and
-``skip``, let a chunk carry packets copied from another file (a pass-through import), whose GOPs need
-not line up with the chunk grid.
+``skip``, let a chunk carry packets copied from another file (a pass-through import,
+:mod:`replaybuf_core.layout.video_packets`), whose GOPs need not line up with the chunk grid: each
+segment is the source's packets from a keyframe to the last frame it keeps, plus the source stream's
+``extradata``.  A segment of codec ``"blank"`` holds no packets and stands for ``take`` black frames
+(zarr's padding of a chunk past the array's end).
 
 Layout (little-endian)::
 

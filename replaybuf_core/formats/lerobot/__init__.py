@@ -53,5 +53,10 @@ class LeRobotFormat(FormatEntrypoint):
         group.add_argument("--find-moved-files", dest="find_moved_files", action="store_true", default=None,
                            help="lerobot: use the one file of the expected name elsewhere in the dataset when "
                                 "a file is not where info.json's path templates say")
+        group.add_argument("--video", dest="video", choices=("reencode", "passthrough"), default=None,
+                           help="lerobot: reencode (default: decode and store with --frames) or passthrough: keep "
+                                "each camera's mp4 packets when its GOPs allow (short closed GOPs, no B-frames, "
+                                "8-bit H.264/AV1), bit-exact to PyAV's decode; the report says which cameras "
+                                "went through and why the others were re-encoded")
         return ["tolerance_s", "align_video_start", "skip_cameras", "skip_episodes_without_video",
-                "find_moved_files"]
+                "find_moved_files", "video"]

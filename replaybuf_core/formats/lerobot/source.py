@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from replaybuf_core.layout.frame_choice import FrameChoice
 from replaybuf_core.source import KeySpec, Source
 
 from .columns import arrow_step, column_array, decode_image
@@ -37,6 +38,7 @@ from .layout import (
     read_v3_episodes,
     require_pyarrow,
 )
+from .passthrough import MODES, PassThrough, probe
 from .video import VideoReader, require_av
 
 #: Video codecs that store frames exactly (no "lossy when recorded" note).
@@ -59,11 +61,19 @@ class LeRobotSource(Source):
             instead of refusing the dataset.
         find_moved_files: use the one file of the expected name elsewhere in the dataset when a file
             is not where ``data_path`` / ``video_path`` say (each move is noted).
+        video: ``"reencode"`` (the default: frames decoded and stored with the ``frames=`` codec) or
+            ``"passthrough"``: each camera whose videos allow it keeps the mp4's packets, bit-exact to
+            PyAV's decode (:mod:`.passthrough` says when; ``frame_handling`` says which camera went
+            through and why the others were re-encoded).  Opt-in: a pass-through store needs PyAV to be
+            read and decodes a chunk of GOPs for any frame (like ``frames="video"``), while the default
+            stores read frame by frame with no video decoder.
 
     Raises:
         FileNotFoundError: no ``meta/info.json`` (or episode metadata).
         ValueError: an unknown ``codebase_version``, malformed metadata, missing files (all named,
-            with the option that would help), an unknown camera in ``skip_cameras``.
+            with the option that would help), an unknown camera in ``skip_cameras``, an unknown
+            ``video``; with ``video="passthrough"``, an mp4 that cannot be opened or demuxed (naming
+            the episodes, camera and file).
         ImportError: pyarrow or PyAV missing (``pip install 'replaybuf[lerobot]'``).
     """
 
@@ -71,7 +81,10 @@ class LeRobotSource(Source):
 
     def __init__(self, path: str | os.PathLike, *, tolerance_s: float = DEFAULT_TOLERANCE_S,
                  align_video_start: bool = False, skip_cameras: tuple[str, ...] | list[str] = (),
-                 skip_episodes_without_video: bool = False, find_moved_files: bool = False):
+                 skip_episodes_without_video: bool = False, find_moved_files: bool = False,
+                 video: str = "reencode"):
+        if video not in MODES:
+            raise ValueError(f"video must be one of {MODES}, got {video!r}")
         root = Path(os.path.expanduser(os.fspath(path))).resolve()
         if not root.exists():
             raise FileNotFoundError(f"{root}: no such directory")
@@ -145,6 +158,9 @@ class LeRobotSource(Source):
         self._table = None
         self._readers: dict[str, VideoReader] = {}
         self._build_keys(features, cams)
+        self._passthrough: dict[str, PassThrough] = {}
+        if video == "passthrough":
+            self._probe_cameras(cams)
         self.tasks = read_tasks(root, self.version)
         self.attrs = {"codebase_version": self.version, "robot_type": info.get("robot_type"), "fps": self.fps,
                       "tasks": {str(k): v for k, v in sorted(self.tasks.items())}, "stats": read_stats(root),
@@ -155,6 +171,32 @@ class LeRobotSource(Source):
             self.notes.append(f"the video frames of {', '.join(lossy)} were lossy when recorded ({', '.join(codecs)} "
                               "in mp4); what is imported is their decode by PyAV (rgb24; depth as uint16), and "
                               "the store keeps those decoded pixels exactly unless a lossy frame codec is asked for (frames=)")
+
+    def _probe_cameras(self, cams: list[str]) -> None:
+        """Decide, camera by camera, whether its packets go through (:func:`.passthrough.probe`)."""
+        for cam in cams:
+            if self._depth[cam]:
+                self.frame_handling[cam] = "re-encoded: a depth video (stored as uint16 with Blosc)"
+                continue
+            files: dict[str, list[int]] = {}
+            for ep in self._episodes:
+                if ep.videos.get(cam) is not None:
+                    files.setdefault(ep.videos[cam][0], []).append(ep.index)
+            found = probe(cam, files)
+            if isinstance(found, PassThrough):
+                self._passthrough[cam] = found
+                self.frame_handling[cam] = found.describe()
+            else:
+                self.frame_handling[cam] = f"re-encoded with the frames= codec: {found}"
+
+    def frame_choices(self, choices: dict[str, Any]) -> dict[str, Any]:
+        """``choices`` with every camera that goes through stored as its packets (a pass-through
+        ``FrameChoice``: the source's bitstream, its chunk of whole GOPs)."""
+        out = dict(choices)
+        for cam, how in self._passthrough.items():
+            if cam in out:
+                out[cam] = FrameChoice("video", bitstream=how.bitstream, gop=how.chunk, passthrough=True)
+        return out
 
     # ------------------------------------------------------------------------------------ keys
     def _build_keys(self, features: dict[str, dict], cams: list[str]) -> None:
@@ -242,7 +284,7 @@ class LeRobotSource(Source):
         if r is None or r.path != path:
             if r is not None:
                 r.close()
-            r = self._readers[cam] = VideoReader(path, cam, self._depth[cam], self.tol)
+            r = self._readers[cam] = VideoReader(path, cam, self._depth[cam], self.tol, cam in self._passthrough)
         return r
 
     def _query_times(self, ep, cam: str, reader: VideoReader, ts: np.ndarray) -> tuple[np.ndarray, str]:

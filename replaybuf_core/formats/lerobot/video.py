@@ -69,11 +69,15 @@ class VideoReader:
         camera: the feature key (for messages).
         depth: decode gray frames as uint16 depth.
         tolerance_s: how far (seconds) a frame may sit from its row's query time.
+        passthrough: demux and decode packet by packet, and register each frame handed out with the
+            packets it decodes from (:mod:`.passthrough`, :mod:`replaybuf_core.layout.video_packets`).
     """
 
-    def __init__(self, path: str, camera: str, depth: bool, tolerance_s: float):
+    def __init__(self, path: str, camera: str, depth: bool, tolerance_s: float, passthrough: bool = False):
         av = require_av()
         self.path, self.camera, self.depth, self.tol = path, camera, depth, float(tolerance_s)
+        self.passthrough = bool(passthrough)
+        self._records: dict = {}  # pts → PacketRecord (pass-through)
         try:
             self._container = av.open(path)
         except Exception as exc:
@@ -105,7 +109,13 @@ class VideoReader:
     def _seek(self, t: float) -> None:
         target = max(0, int(math.floor((t - self.tol) / self._tb)))
         self._container.seek(target, stream=self._stream, backward=True, any_frame=False)
-        self._frames = self._container.decode(self._stream)
+        if self.passthrough:
+            from .passthrough import tracked_frames
+
+            self._records = {}
+            self._frames = tracked_frames(self._container, self._stream, self._records)
+        else:
+            self._frames = self._container.decode(self._stream)
         self._last_time = -math.inf
 
     def _next(self, episode: int, row: int):
@@ -176,12 +186,22 @@ class VideoReader:
                 block.append(frame_array(frame, self.depth))
             except VideoMismatchError as exc:
                 raise VideoMismatchError(f"episode {episode}, camera {self.camera}: {self.path}: {exc}") from None
+            if self.passthrough:
+                self._register(block[-1], frame.pts)
             i += 1
             if len(block) >= max_rows:
                 yield np.stack(block)
                 block = []
         if block:
             yield np.stack(block)
+
+    def _register(self, pixels: np.ndarray, pts: int) -> None:
+        """Hand the packets of the frame at ``pts`` to the video codec, addressed by its ``pixels``."""
+        from replaybuf_core.layout.video_packets import register
+
+        record = self._records.pop(pts, None)
+        if record is not None:  # none: the codec re-encodes the chunk, and the import's check says so
+            register(pixels, record)
 
     def _note_rotation(self, frame) -> None:
         """Note (once) a display rotation the file asks players for (its display matrix: PyAV's

@@ -1,0 +1,184 @@
+"""Pass-through import of LeRobot video: store a camera's mp4 packets as they are, not decoded and
+re-encoded (``LeRobotSource(video="passthrough")``, CLI ``--video passthrough``).
+
+The stored frames are ``replaybuf.video`` chunks (:mod:`replaybuf_zarr.codecs.video_chunk`) whose
+segments are the source's own packets: for the rows of a chunk that fall in one source GOP, the GOP's
+packets from its keyframe to the last of those rows, the stream's ``extradata`` and how many decoded
+frames to skip.  Each chunk decodes on its own, and to exactly what PyAV decodes from the source (the
+import checks every row bit for bit against its own decode of the mp4, as a re-encoding import does).
+The packets reach the codec through :mod:`replaybuf_core.layout.video_packets`.
+
+A camera goes through when every mp4 file of it (:func:`probe`, a demux: no decoding):
+
+* is H.264 (4:2:0 or 4:4:4, 8-bit) or AV1 (4:2:0, 8-bit) — the bitstreams the video codec reads — with
+  even sides for 4:2:0;
+* starts with a keyframe, and its packets' presentation times increase in decode order (no B-frames:
+  reordered frames would need every packet of a GOP for any frame, and open GOPs refer across
+  keyframes);
+* has keyframes at most :data:`MAX_GOP` frames apart — the limit: a chunk holds whole GOPs, so a read
+  of one frame decodes up to that many, and a chunk boundary inside a GOP stores that GOP's packets up
+  to it twice; 32 frames is ~1 s at LeRobot's 30 fps, ~60 ms of AV1 decoding at 640×480 — and each
+  H.264 keyframe is an IDR picture (an I-frame that is not IDR lets later frames refer past it).
+  AV1 keyframes are taken as the mp4 marks them (sync samples: key frames); a stream whose chunks
+  would still not decode on their own fails the import's bit-for-bit check, which names the key and
+  episode — a failed import, never wrong frames kept.
+
+Chunks hold :func:`chunk_frames` frames: a whole number of the longest source GOP, at least
+:data:`MIN_CHUNK_FRAMES` (LeRobot's g=2 → 8, the video codec's default).  Episodes whose first row is
+not on the chunk grid, or not at a keyframe (v3 files hold many episodes), cost at most one partial
+GOP's packets more per chunk boundary.
+
+Any other camera is re-encoded with the ``frames=`` codec, and the report says why
+(:attr:`Source.frame_handling`); never silently.  A file that cannot be opened or demuxed (truncated,
+damaged) is an error naming the camera, the file and its episodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replaybuf_core.layout.frame_choice import VIDEO_PIX_FMTS
+from replaybuf_core.layout.video_packets import GopPackets, PacketRecord
+
+from .layout import require
+
+#: The longest source GOP (frames from a keyframe to the next) that goes through.
+MAX_GOP = 32
+#: Frames per stored chunk at least (a whole number of source GOPs).
+MIN_CHUNK_FRAMES = 8
+#: The bitstreams and pixel formats replaybuf's video chunks carry (``replaybuf.video``'s own).
+PIX_FMTS = VIDEO_PIX_FMTS
+#: FFmpeg decoder names → the bitstream they decode.
+BITSTREAMS = {"h264": "h264", "libdav1d": "av1", "libaom-av1": "av1", "av1": "av1"}
+#: The values of the ``video`` option.
+MODES = ("reencode", "passthrough")
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """How a camera goes through: its ``bitstream`` (``"h264"`` / ``"av1"``), the longest source GOP
+    ``max_gop`` and the stored chunk's frames ``chunk``."""
+
+    bitstream: str
+    max_gop: int
+    chunk: int
+
+    def describe(self) -> str:
+        return (f"passed through: the source's {self.bitstream} packets (GOPs of at most {self.max_gop} "
+                f"frames), {self.chunk} frames a chunk")
+
+
+def chunk_frames(max_gop: int) -> int:
+    """Frames per chunk for a longest source GOP of ``max_gop`` frames: its smallest multiple that is at
+    least :data:`MIN_CHUNK_FRAMES`."""
+    return max_gop * max(1, -(-MIN_CHUNK_FRAMES // max_gop))
+
+
+def _h264_has_idr(packet: bytes, length_size: int) -> bool:
+    """Whether an mp4 (``avcC``, length-prefixed NAL units) H.264 packet holds an IDR slice (type 5)."""
+    pos = 0
+    while pos + length_size <= len(packet):
+        n = int.from_bytes(packet[pos:pos + length_size], "big")
+        pos += length_size
+        if n and pos < len(packet) and packet[pos] & 0x1F == 5:
+            return True
+        pos += n
+    return False
+
+
+def probe(camera: str, files: dict[str, list[int]]) -> PassThrough | str:
+    """Whether ``camera``'s mp4 files (path → the episodes they hold) can go through: a
+    :class:`PassThrough`, or why not (one line naming the file).
+
+    Raises ValueError naming the camera, the file and its episodes when a file cannot be opened or
+    demuxed (truncated or damaged)."""
+    av = require("av", "reading LeRobot videos")
+    longest = 1
+    bitstream = None
+    for path, episodes in sorted(files.items()):
+        where = f"episode(s) {_some(episodes)}, camera {camera}: {path}"
+        try:
+            container = av.open(path)
+        except Exception as exc:
+            raise ValueError(f"{where}: cannot open the video (truncated or damaged?): {exc}") from exc
+        try:
+            if not container.streams.video:
+                raise ValueError(f"{where}: holds no video stream")
+            why, gop, bits = _probe_stream(container, container.streams.video[0], where)
+        finally:
+            container.close()
+        if why:
+            return f"{path}: {why}"
+        if bitstream is not None and bits != bitstream:
+            return f"its files hold different bitstreams ({bitstream}, {bits})"
+        bitstream, longest = bits, max(longest, gop)
+    if bitstream is None:
+        return "no video file"
+    return PassThrough(bitstream, longest, chunk_frames(longest))
+
+
+def _probe_stream(container, stream, where: str) -> tuple[str | None, int, str]:
+    """(why not, longest GOP, bitstream) of one file's video stream; demuxes every packet."""
+    cc = stream.codec_context
+    bits = BITSTREAMS.get(cc.name)
+    if bits is None:
+        return f"{cc.name} video (pass-through carries {' and '.join(PIX_FMTS)} only)", 0, ""
+    if cc.pix_fmt not in PIX_FMTS[bits]:
+        return (f"pixel format {cc.pix_fmt} ({bits} passes through as {' or '.join(PIX_FMTS[bits])}: 8-bit; "
+                "the stored frames are the re-encoded 8-bit RGB)"), 0, bits
+    if cc.pix_fmt == "yuv420p" and (cc.width % 2 or cc.height % 2):
+        return f"odd frame size {cc.width}x{cc.height} with 4:2:0 chroma", 0, bits
+    extradata = bytes(cc.extradata or b"")
+    length_size = (extradata[4] & 3) + 1 if bits == "h264" and len(extradata) > 4 and extradata[0] == 1 else 0
+    last_pts, since_key, longest, n = None, 0, 1, 0
+    try:
+        for packet in container.demux(stream):
+            if not packet.size:
+                continue
+            if packet.pts is None:
+                return f"packet {n} has no presentation time", 0, bits
+            if n == 0 and not packet.is_keyframe:
+                return "the first packet is not a keyframe", 0, bits
+            if last_pts is not None and packet.pts <= last_pts:
+                return (f"reordered frames (B-frames): packet {n} is presented at {packet.pts}, before the "
+                        f"packet decoded ahead of it ({last_pts})"), 0, bits
+            if packet.is_keyframe:
+                if bits == "h264" and length_size and not _h264_has_idr(bytes(packet), length_size):
+                    return f"open GOP: keyframe packet {n} is not an IDR picture", 0, bits
+                since_key = 0
+            since_key += 1
+            longest = max(longest, since_key)
+            if longest > MAX_GOP:
+                return (f"GOPs longer than {MAX_GOP} frames (a keyframe every {longest}+ frames from packet "
+                        f"{n - since_key + 1}); the limit bounds a random read's decode"), 0, bits
+            last_pts, n = packet.pts, n + 1
+    except Exception as exc:
+        raise ValueError(f"{where}: cannot read packet {n} (truncated or damaged?): {exc}") from exc
+    if n == 0:
+        return "no packets", 0, bits
+    return None, longest, bits
+
+
+def tracked_frames(container, stream, records: dict[int, PacketRecord]):
+    """Decode ``stream`` from the container's position (a keyframe, after a seek) and yield its frames,
+    noting in ``records`` (frame pts → :class:`PacketRecord`) where each frame's packets are: the
+    packets of its GOP from the keyframe.  The caller pops each record it uses (stale ones, of frames
+    it skipped, are dropped at each keyframe).  Decoder errors propagate (the caller names the row)."""
+    cc = stream.codec_context
+    bits = BITSTREAMS.get(cc.name, cc.name)
+    extradata = bytes(cc.extradata or b"")
+    gop: GopPackets | None = None
+    for packet in container.demux(stream):
+        if packet.size:
+            if packet.is_keyframe:
+                gop = GopPackets(bits, extradata)
+                while len(records) > 4 * MAX_GOP:  # records of frames the caller skipped, oldest first
+                    del records[next(iter(records))]
+            if gop is not None and packet.pts is not None:  # no record before the first keyframe
+                records[packet.pts] = PacketRecord(gop, len(gop.packets))
+                gop.packets.append(bytes(packet))
+        yield from stream.decode(packet if packet.size else None)
+
+
+def _some(xs: list[int]) -> str:
+    return ", ".join(map(str, xs[:10])) + (f", ... ({len(xs)} in all)" if len(xs) > 10 else "")

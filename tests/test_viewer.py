@@ -431,3 +431,20 @@ def test_statistics_name_components_and_do_not_hold_up_the_list(small_store, mon
     assert set(got["keys"]) == set(expect) and got["cameras"] == ["img"]
     np.testing.assert_allclose(got["keys"]["obs"]["mean"], expect["obs"]["mean"])
     assert got["shapes"]["obs"] == [3]
+
+
+def test_a_long_episode_is_decimated_with_its_spikes_kept(tmp_path, monkeypatch):
+    import replaybuf_core.viewer.series as series
+
+    monkeypatch.setattr(series, "MAX_POINTS", 10)
+    rb = ReplayBuffer.create_empty_numpy()
+    x = np.zeros((95, 2), np.float32)
+    x[37, 0], x[81, 1] = 9.0, -4.0  # one-step spikes that a stride of 10 steps skips
+    rb.add_episode({"x": x})
+    got = series.episode_series(rb, 0)
+    s = got["series"][0]
+    assert got["stride"] == 10 and got["steps"] == list(range(0, 95, 10))
+    assert s["values"][0] == x[::10, 0].tolist()  # the samples miss the spikes ...
+    assert max(s["high"][0]) == 9.0 and s["high"][0][3] == 9.0  # ... the envelope keeps them
+    assert min(s["low"][1]) == -4.0 and s["low"][1][8] == -4.0
+    assert s["low"][0][3] == 0.0 and len(s["high"][0]) == 10

@@ -29,6 +29,11 @@ def component_names(key_attrs: dict[str, Any] | None, n: int) -> list[str] | Non
     return None
 
 
+def _listed(x: np.ndarray) -> list[list[float | None]]:
+    """(points, components) floats → a list per component, NaN and infinities as None (JSON)."""
+    return [[v if math.isfinite(v) else None for v in col] for col in x.T.tolist()]
+
+
 def is_pad_key(key: str, dtype: np.dtype) -> bool:
     """A bool key that marks padded steps (``action_is_pad``, ``observation.state_is_pad``)."""
     return dtype == np.bool_ and key.endswith("is_pad")
@@ -45,7 +50,9 @@ def episode_series(rb: Any, episode: int) -> dict[str, Any]:
 
     Returns ``{"episode", "length", "stride", "steps" (the step of each point), "series": [{"key",
     "shape", "dtype", "names" (list or None), "components" (count in the key), "values" (a list per
-    component sent, floats; NaN/inf as None), "pad" (bool key of ``*_is_pad`` style)}]}``.
+    component sent, floats; NaN/inf as None), "low" / "high" (with ``stride`` > 1: each point's
+    minimum and maximum over its ``stride`` steps, so a one-step spike still shows; else None),
+    "pad" (bool key of ``*_is_pad`` style)}]}``.
     Components past :data:`MAX_COMPONENTS` are left out (``components`` says how many there are)."""
     sl = rb.get_episode_slice(episode)
     length = sl.stop - sl.start
@@ -54,13 +61,17 @@ def episode_series(rb: Any, episode: int) -> dict[str, Any]:
     out = []
     for key in numeric_keys(rb):
         dtype = np.dtype(rb.store.dtype("data", key))
-        x = np.asarray(rb.store.read("data", key, sl.start, sl.stop))[::stride]
-        x = x.reshape(x.shape[0], -1)
-        n = x.shape[1]
-        shown = x[:, :MAX_COMPONENTS].astype(np.float64)
-        values = [[v if math.isfinite(v) else None for v in col] for col in shown.T.tolist()]
+        full = np.asarray(rb.store.read("data", key, sl.start, sl.stop))
+        full = full.reshape(full.shape[0], -1)
+        n = full.shape[1]
+        full = full[:, :MAX_COMPONENTS].astype(np.float64)
+        low = high = None
+        if stride > 1 and length:
+            starts = np.arange(0, length, stride)
+            low = _listed(np.fmin.reduceat(full, starts, axis=0))
+            high = _listed(np.fmax.reduceat(full, starts, axis=0))
         out.append({"key": key, "shape": list(rb.store.shape("data", key)[1:]), "dtype": str(dtype),
                     "names": component_names(key_attrs.get(key), n), "components": n,
-                    "values": values, "pad": is_pad_key(key, dtype)})
+                    "values": _listed(full[::stride]), "low": low, "high": high, "pad": is_pad_key(key, dtype)})
     return {"episode": int(episode), "length": int(length), "stride": stride,
             "steps": list(range(0, length, stride)), "series": out}

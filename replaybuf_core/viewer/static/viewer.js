@@ -190,13 +190,28 @@ function drawPlot(canvas, s) {
   const steps = state.series.steps, n = state.episode.length;
   const xOf = (step) => pad + (W - 2 * pad) * (n > 1 ? step / (n - 1) : 0.5);
   let lo = Infinity, hi = -Infinity;
-  for (const col of s.values) for (const v of col) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+  for (const col of [...s.values, ...(s.low || []), ...(s.high || [])]) {
+    for (const v of col) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+  }
   if (!Number.isFinite(lo)) { lo = 0; hi = 1; }
   if (hi === lo) { hi += 0.5; lo -= 0.5; }
   const yOf = (v) => H - pad - (H - 2 * pad) * (v - lo) / (hi - lo);
   if (s.pad) {  // *_is_pad: shade the padded steps
     ctx.fillStyle = "rgba(220, 60, 60, 0.18)";
     s.values[0].forEach((v, i) => { if (v) ctx.fillRect(xOf(steps[i]) - 1, 0, Math.max(2, (W - 2 * pad) / n), H); });
+  }
+  if (s.low && s.high) {  // every k-th step drawn: shade each point's min..max over its k steps
+    s.low.forEach((lows, c) => {
+      ctx.strokeStyle = COLORS[c % COLORS.length] + "55";
+      ctx.beginPath();
+      lows.forEach((lo, i) => {
+        const hi = s.high[c][i];
+        if (lo === null || hi === null) return;
+        const x = xOf(steps[i]);
+        ctx.moveTo(x, yOf(lo)); ctx.lineTo(x, yOf(hi) - 0.5);
+      });
+      ctx.stroke();
+    });
   }
   s.values.forEach((col, c) => {
     ctx.strokeStyle = COLORS[c % COLORS.length];
@@ -237,7 +252,7 @@ function buildPlots() {
     const div = el("div", { class: "plot" });
     const shown = s.values.length;
     const more = shown < s.components ? ` (first ${shown} of ${s.components} components)` : "";
-    const every = state.series.stride > 1 ? ` — every ${state.series.stride}th step drawn (${state.series.steps.length} points)` : "";
+    const every = state.series.stride > 1 ? ` — every ${state.series.stride}th step drawn, with the min..max of each ${state.series.stride} steps shaded` : "";
     div.append(el("div", {}, `${s.key} ${JSON.stringify(s.shape)} ${s.dtype}${more}${every}${s.pad ? " — padded steps shaded" : ""}`));
     const canvas = el("canvas", { width: 900, height: s.components > 1 ? 120 : 64, "data-key": s.key });
     canvas.addEventListener("click", (ev) => {

@@ -33,6 +33,12 @@ def image_keys(rb: ReplayBuffer) -> list[str]:
     return out
 
 
+def numeric_keys(rb: ReplayBuffer) -> list[str]:
+    """Data keys plotted as lines: numeric or bool, not an image key (:func:`image_keys`)."""
+    images = set(image_keys(rb))
+    return [k for k in rb.keys() if k not in images and np.dtype(rb.store.dtype("data", k)).kind in "biuf"]
+
+
 def _to_display(frames: np.ndarray) -> np.ndarray:
     """(n, H, W[, C]) of any numeric dtype → float in [0, 1] for imshow (uint8 /255; floats above 1
     are taken as 0..255, others as 0..1)."""
@@ -84,7 +90,7 @@ def render_episode(path_or_buffer: Any, episode: int, out: str | os.PathLike, ke
     sl = rb.get_episode_slice(episode)
     ep = int(episode) % rb.n_episodes
     T = sl.stop - sl.start
-    numeric = [k for k in rb.keys() if k not in images and np.dtype(rb.store.dtype("data", k)).kind in "biuf"]
+    numeric = numeric_keys(rb)
 
     frames_idx: list[int] = []
     n_img = 0

@@ -65,13 +65,13 @@ def save_mask(path: Any, name: str, episodes: Sequence[int], expected_n_episodes
         StoreChangedError: the store no longer has ``expected_n_episodes`` episodes.
     """
     check_mask_name(name)
-    check_episodes(list(episodes), expected_n_episodes)
+    idx = check_episodes(list(episodes), expected_n_episodes)
     with ReplayBuffer(path, storage_options=storage_options) as rb:
         if rb.n_episodes != expected_n_episodes:
             raise StoreChangedError(f"the store now has {rb.n_episodes} episodes, not the {expected_n_episodes} "
                                     "the page showed: reload the page and mark again (nothing was written)")
         mask = np.zeros(rb.n_episodes, dtype=bool)
-        mask[check_episodes(list(episodes), rb.n_episodes)] = True
+        mask[idx] = True
         rb.update_meta({MASK_PREFIX + name: mask})
     return mask
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf_core.inspection.view import image_keys
+from replaybuf_core.inspection.view import numeric_keys
 
 #: at most this many points per line: a longer episode is sent every k-th step (``stride``)
 MAX_POINTS = 5000
@@ -37,12 +37,6 @@ def _listed(x: np.ndarray) -> list[list[float | None]]:
 def is_pad_key(key: str, dtype: np.dtype) -> bool:
     """A bool key that marks padded steps (``action_is_pad``, ``observation.state_is_pad``)."""
     return dtype == np.bool_ and key.endswith("is_pad")
-
-
-def numeric_keys(rb: Any) -> list[str]:
-    """The data keys plotted: numeric or bool, not a camera."""
-    cams = set(image_keys(rb))
-    return [k for k in rb.keys() if k not in cams and np.dtype(rb.store.dtype("data", k)).kind in "biuf"]
 
 
 def episode_series(rb: Any, episode: int) -> dict[str, Any]:

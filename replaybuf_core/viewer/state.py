@@ -104,6 +104,9 @@ class Viewer:
 
     # ------------------------------------------------------------------ answers
     def summary(self) -> dict[str, Any]:
+        """``/api/summary``: ``{"path", "backend", "n_episodes", "n_steps", "fps" (Hz or None), "keys": [{"key",
+        "shape" (step shape), "dtype", "camera"}], "cameras", "masks", "episode_meta" (per-episode meta
+        names), "generation" (the store's edit generation), "writable"}``."""
         s = self.rb.store
         keys = [{"key": k, "shape": list(s.shape("data", k)[1:]), "dtype": str(np.dtype(s.dtype("data", k))),
                  "camera": k in self.cameras} for k in self.rb.keys()]
@@ -113,6 +116,9 @@ class Viewer:
                 "generation": self.version[2], "writable": self.writable}
 
     def episode_detail(self, ep: int) -> dict[str, Any]:
+        """``/api/episodes/I``: the list row of episode ``ep`` (in range: :meth:`episode` checked it) plus
+        ``"meta_full"`` (its string meta whole; ``episode_attrs`` parsed as JSON) and ``"cameras"``
+        (``[{"key", "shape", "dtype", "display_range"}]``)."""
         row = self.catalog.rows(np.array([ep]))[0]
         s = self.rb.store
         full = {}
@@ -139,6 +145,9 @@ class Viewer:
         return self._ranges[key]
 
     def frame(self, ep: int, key: str, raw_step: str, fmt: str) -> bytes:
+        """The bytes of step ``raw_step`` (0-based, in the episode) of camera ``key`` of episode ``ep`` as
+        ``fmt`` (:data:`.frames.FORMATS`).  HTTPProblem 404 for an unknown camera or a step out of
+        range (naming the episode's length), 400 for an unknown format."""
         if key not in self.cameras:
             raise HTTPProblem(404, f"{key!r} is not a camera of this store (cameras: {self.cameras})")
         if fmt not in FORMATS:
@@ -173,6 +182,8 @@ class Viewer:
             return self._stats[version]
 
     def mask(self, name: str) -> dict[str, Any]:
+        """``/api/masks/NAME``: ``{"name", "episodes" (the marked indices), "n_episodes"}``; HTTPProblem 404
+        naming the masks there are when ``meta/mask.NAME`` is missing or not bool."""
         values = self.catalog.numeric.get(MASK_PREFIX + name)
         if values is None or values.dtype != np.bool_:
             raise HTTPProblem(404, f"no mask {name!r} (meta/{MASK_PREFIX}{name}); masks: {self.catalog.masks}")
@@ -207,6 +218,8 @@ class Viewer:
                 "commands": edit_commands(str(self.path), name, episodes)}
 
     def commands(self, params: Any) -> dict[str, str]:
+        """``/api/commands?name&episodes=3,17``: :func:`.marking.edit_commands` for those marks;
+        HTTPProblem 400 for a bad name or index."""
         name = params.get("name") or "marked"
         raw = params.get("episodes") or ""
         try:

@@ -100,6 +100,12 @@ def test_list_scrub_compare_pixels_and_mark_two_episodes(page, pusht, source):
             assert (shown[..., 3] == 255).all()
             assert page.inner_text("#step-label").startswith(f"step {step} (0–")
         assert page.locator("#plots canvas").count() == 4  # action, keypoint, n_contacts, state
+        page.focus("#step")  # → on the focused slider: one step, not two
+        page.keyboard.press("ArrowLeft")
+        page.wait_for_selector(f"#cameras canvas[data-key='img'][data-step='{step - 1}']")
+        assert page.inner_text("#step-label").startswith(f"step {step - 1} (0–")
+        page.keyboard.press("ArrowRight")
+        page.wait_for_selector(f"#cameras canvas[data-key='img'][data-step='{step}']")
         # the legend of each plot holds the values at the cursor: the last step scrubbed to
         legend = page.locator(".plot", has=page.locator("canvas[data-key='state']")).locator(".legend span")
         shown_state = [float(t.split(":")[1]) for t in legend.all_inner_texts()]

@@ -402,7 +402,8 @@ async function start() {
   $("#step").addEventListener("input", () => setStep(Number($("#step").value)));
   $("#play").onclick = play;
   document.addEventListener("keydown", (ev) => {
-    if ($("#episode-view").hidden || ev.target.tagName === "INPUT" && ev.target.type !== "range") return;
+    // the slider moves itself on ← → when it has the focus (its input event sets the step): not twice
+    if ($("#episode-view").hidden || ev.target.tagName === "INPUT") return;
     if (ev.key === "ArrowRight") setStep(state.step + 1);
     if (ev.key === "ArrowLeft") setStep(state.step - 1);
   });

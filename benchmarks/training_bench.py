@@ -6,7 +6,9 @@ Same windows everywhere (diffusion_policy's Push-T setting: 2 image frames, 2 st
 * ``sample_batch`` — ``WindowSampler.sample_batch`` alone, the ceiling;
 * DataLoader, 0 and 2 workers — ``WindowDataset`` + ``collate`` (one ``sample_batch`` per batch,
   handed on unsplit), images (64, 2, 96, 96, 3);
-* torch defaults — ``SequenceDataset`` (16-slot windows, 14 image slots unread) under torch's
+* ``SequenceSampler.sample_batch`` alone — the same windows as 16-slot windows (diffusion_policy's
+  ``key_first_k``: 14 image slots unread, filled), the ceiling of ``SequenceDataset``;
+* torch defaults — ``WindowDataset`` and ``SequenceDataset`` under torch's
   ``default_collate``, 0 and 2 workers: what ``DataLoader(ds, batch_size=64, shuffle=True)`` runs
   (the batch is still read whole by ``__getitems__``; its per-sample rows are
   :class:`~replaybuf_core.torch.rows.BatchRow` views that ``default_collate``'s ``torch.stack`` turns
@@ -237,13 +239,20 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
     def batches_of(order):
         return [order[i: i + BATCH] for i in range(0, len(order), BATCH)]
 
+    seq_sampler = SequenceSampler(rb, 16, keys=["img", "state", "action"], key_first_k={"img": 2, "state": 2},
+                                  dtypes="stored", **PADS)
     ways = {
         "sample_batch alone": lambda order: (sampler.sample_batch(x) for x in batches_of(order)),
+        "SequenceSampler.sample_batch alone (16-slot windows)": lambda order: (seq_sampler.sample_batch(x)
+                                                                               for x in batches_of(order)),
         "DataLoader, 0 workers (WindowDataset + collate)": lambda order: _loader(new, order, 0, collate),
         "DataLoader, 2 workers": lambda order: _loader(new, order, 2, collate),
         "torch defaults: SequenceDataset + default_collate, 0 workers": lambda order: _loader(old, order, 0,
                                                                                                default_collate),
         "torch defaults, 2 workers": lambda order: _loader(old, order, 2, default_collate),
+        "torch defaults: WindowDataset + default_collate, 0 workers": lambda order: _loader(new, order, 0,
+                                                                                             default_collate),
+        "torch defaults: WindowDataset, 2 workers": lambda order: _loader(new, order, 2, default_collate),
     }
     results: dict[str, list[dict]] = {k: [] for k in ways}
     peaks: dict[str, float] = {}
@@ -308,10 +317,17 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
     r2 = med("DataLoader, 2 workers", "rate") / med("DataLoader, 0 workers (WindowDataset + collate)", "rate")
     table.ratio("training", "DataLoader 2 workers / 0 workers", r2, ">= 1.0", r2 >= 1.0)
     d0 = med("torch defaults: SequenceDataset + default_collate, 0 workers", "rate")
-    rd = d0 / med("sample_batch alone", "rate")
-    table.ratio("training", "torch defaults 0 workers / sample_batch (speed)", rd, ">= 0.8", rd >= 0.8)
+    rd = d0 / med("SequenceSampler.sample_batch alone (16-slot windows)", "rate")
+    table.ratio("training", "torch defaults, SequenceDataset 0 workers / its sample_batch (speed)", rd, ">= 0.8",
+                rd >= 0.8)
     rd2 = med("torch defaults, 2 workers", "rate") / d0
-    table.ratio("training", "torch defaults 2 workers / 0 workers", rd2, ">= 0.9", rd2 >= 0.9)
+    table.ratio("training", "torch defaults, SequenceDataset 2 workers / 0 workers", rd2, ">= 0.9", rd2 >= 0.9)
+    w0 = med("torch defaults: WindowDataset + default_collate, 0 workers", "rate")
+    rw = w0 / med("sample_batch alone", "rate")
+    table.ratio("training", "torch defaults, WindowDataset 0 workers / its sample_batch (speed)", rw, ">= 0.8",
+                rw >= 0.8)
+    rw2 = med("torch defaults: WindowDataset, 2 workers", "rate") / w0
+    table.ratio("training", "torch defaults, WindowDataset 2 workers / 0 workers", rw2, ">= 0.9", rw2 >= 0.9)
     rv = med("DataLoader, 0 workers (WindowDataset + collate)", "rate") / video[codecs[-1]]["rate"]
     table.ratio("training", f"DataLoader 0 workers / video reference ({codecs[-1]})", rv, "> 1", rv > 1)
     index_rows(table, smoke)

@@ -64,6 +64,8 @@ class ChunkReader:
         self._time_sharded = shard is not None and all(p == 1 for p in shard.per_shard[1:])
         self._inner_grid = tuple(-(-s // c) for s, c in zip(self.shape[1:], chunk_shape[1:]))
         self._inner_coords = list(np.ndindex(*self._inner_grid)) if self._inner_grid else [()]
+        #: one chunk spans whole rows (every frame codec's layout): a row range is copied chunk by chunk
+        self._whole_rows = tuple(chunk_shape[1:]) == tuple(self.shape[1:])
         self._pinned: np.ndarray | None = None
         self._generation = 0  # bumped by forget(): decoded chunks fetched before are not cached
         self._lock = threading.Lock()  # forget() against _keep()/_shard_index() in reader threads
@@ -252,6 +254,13 @@ class ChunkReader:
         if stop <= start:
             return
         c0 = self.chunk_shape[0]
+        if self._whole_rows:  # the per-item path (rb[key][a:b] of camera frames): no per-axis slices
+            inner = self._inner_coords[0]
+            for t in range(start // c0, (stop - 1) // c0 + 1):
+                lo, hi = max(start, t * c0), min(stop, (t + 1) * c0)
+                ch = got[(t,) + inner] if got is not None else self.chunk((t,) + inner)
+                out[lo - start:hi - start] = ch[lo - t * c0:hi - t * c0]
+            return
         for t in range(start // c0, (stop - 1) // c0 + 1):
             lo, hi = max(start, t * c0), min(stop, (t + 1) * c0)
             for inner in self._inner_coords:

@@ -19,6 +19,8 @@ def zarr_frame_codec(choice: Any) -> Any:
         return VideoCodec(codec=choice.bitstream, crf=choice.quality, gop=choice.gop)
     if choice.codec == "jpeg":
         return JpegCodec(quality=choice.quality, subsampling=choice.subsampling)
+    if choice.lossless and getattr(choice, "method", None) is not None:  # ``webp:mM``: effort 0 at method M
+        return WebPCodec(level=0, lossless=True, method=choice.method)
     if choice.lossless:
         return WebPCodec(level=LOSSLESS_LEVEL, lossless=True)
     return WebPCodec(level=choice.quality, lossless=False)

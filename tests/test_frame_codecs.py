@@ -21,9 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.layout.frame_choice import FrameChoice, parse_frame_choice, parse_frames, resolve_frames
+from replaybuf_core.layout.frame_choice import (FrameChoice, choose_frames, parse_frame_choice, parse_frames,
+                                                resolve_frames)
 from replaybuf_core.store.creation import create_replay_buffer
 from replaybuf_zarr.codecs import FRAME_CODECS, JpegCodec, JpegXLCodec, WebPCodec
+from replaybuf_zarr.frame_choice import zarr_frame_codec
 
 from shared_data import LEROBOT_V2_GR00T
 
@@ -54,7 +56,8 @@ def _array(store, frames: np.ndarray, codec) -> zarr.Array:
     return a
 
 
-@pytest.mark.parametrize("codec", [JpegXLCodec(), JpegXLCodec(effort=3), WebPCodec(level=90, lossless=True)])
+@pytest.mark.parametrize("codec", [JpegXLCodec(), JpegXLCodec(effort=3), WebPCodec(level=90, lossless=True),
+                                   WebPCodec(level=0, lossless=True, method=1)])
 def test_lossless_codecs_round_trip_natural_frames_bit_for_bit(tmp_path, natural, codec):
     _array(zarr.storage.LocalStore(tmp_path / "s.zarr"), natural, codec)
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "s.zarr/img", mode="r")[:], natural)
@@ -140,11 +143,12 @@ def test_the_frames_grammar():
     assert parse_frame_choice("jpeg420:80") == FrameChoice("jpeg", 80, subsampling="420")
     assert parse_frame_choice("webp") == FrameChoice("webp") and parse_frame_choice("webp").lossless
     assert not parse_frame_choice("webp:0").lossless
-    for text in ("exact", "fast", "jpegxl:4", "webp", "webp:70", "jpeg:90", "jpeg420:85"):
+    assert parse_frame_choice("webp:m1") == FrameChoice("webp", method=1) and parse_frame_choice("webp:m1").lossless
+    for text in ("exact", "fast", "jpegxl:4", "webp", "webp:70", "webp:m0", "jpeg:90", "jpeg420:85"):
         c = parse_frame_choice(text)
         assert parse_frame_choice(str(c)) == c  # str() is the --frames spelling
     for bad, msg in (("png", "unknown frame codec 'png'"), ("jpeg:0", "in 1..100"), ("webp:x", "an integer"),
-                     ("jpegxl:10", "in 1..9")):
+                     ("jpegxl:10", "in 1..9"), ("webp:m7", "method must be in 0..6")):
         with pytest.raises(ValueError, match=msg):
             parse_frame_choice(bad)
     assert parse_frames("a=fast, *=webp") == {"a": parse_frame_choice("fast"), "*": FrameChoice("webp")}
@@ -167,6 +171,29 @@ def _schema(tmp_path, name):
                                            "action": spec((0, 2), "float32")})
 
 
+@pytest.mark.parametrize("h, w, small", [(96, 96, True), (128, 128, True), (84, 84, True), (128, 130, False),
+                                         (256, 256, False), (480, 640, False), (16, 1024, True)])
+def test_the_exact_tier_is_webp_method_1_for_frames_up_to_128x128_px(tmp_path, h, w, small):
+    """``exact`` resolves per camera: lossless WebP (libwebp method 1) for frames of at most 128 × 128
+    pixels, lossless JPEG XL above; written into zarr.json as such and read back bit for bit (the
+    WebP file decoded by imagecodecs directly).  An explicit ``jpegxl`` stays JPEG XL at any size."""
+    cams = {"cam": ((3, h, w, 3), np.uint8)}
+    got = choose_frames(None, cams)["cam"]
+    assert got == (FrameChoice("webp", method=1) if small else FrameChoice("jpegxl", effort=1))
+    assert choose_frames("exact", cams)["cam"] == got and choose_frames("jpegxl", cams)["cam"].codec == "jpegxl"
+    if not small or h * w > 96 * 96:
+        return
+    frames = np.random.default_rng(h + w).integers(0, 256, (2, h, w, 3), dtype=np.uint8)
+    a = _array(zarr.storage.LocalStore(tmp_path / "s.zarr"), frames, zarr_frame_codec(got))
+    doc = json.loads((tmp_path / "s.zarr" / "img" / "zarr.json").read_text())
+    assert doc["codecs"][0]["configuration"] == {"level": 0, "lossless": True, "method": 1}
+    np.testing.assert_array_equal(a[:], frames)
+    import imagecodecs
+
+    chunk = (tmp_path / "s.zarr" / "img" / "c" / "1" / "0" / "0" / "0").read_bytes()
+    np.testing.assert_array_equal(imagecodecs.webp_decode(chunk), frames[1])
+
+
 def test_schema_creation_chooses_codecs_per_key_and_refuses_jpeg_on_rgba(tmp_path):
     rng = np.random.default_rng(0)
     eps = [{"front": rng.integers(0, 256, (5, 24, 32, 3), dtype=np.uint8),
@@ -178,7 +205,7 @@ def test_schema_creation_chooses_codecs_per_key_and_refuses_jpeg_on_rgba(tmp_pat
     rb = create_replay_buffer(_schema(tmp_path, "ok.zarr"), eps, progress=False, frames={"front": "fast"})
     codecs = rb.get_compressors()
     assert codecs["front"] == JpegCodec(quality=95, subsampling="444")
-    assert codecs["wrist"] == JpegXLCodec(effort=1)  # the rest: exact
+    assert codecs["wrist"] == WebPCodec(level=0, lossless=True, method=1)  # the rest: exact (small frames)
     again = ReplayBuffer.create_from_path(tmp_path / "ok.zarr")
     np.testing.assert_array_equal(again["wrist"][:], np.concatenate([e["wrist"] for e in eps]))
     assert psnr(again["front"][:], np.concatenate([e["front"] for e in eps])) > 25  # random noise: JPEG's worst case
@@ -196,8 +223,8 @@ def test_an_import_stores_each_camera_in_its_codec_and_reports_psnr_and_bytes(tm
     assert "replaybuf.jpeg(quality=90, subsampling=444)" in out and "PSNR" in out
     assert out.count(" a frame, ") == 2 and "x the source's" in out  # bytes a frame, against the mp4s
     rb = ReplayBuffer.create_from_path(tmp_path / "o.zarr")
-    assert rb.get_compressors()["wrist"] == JpegXLCodec(effort=1)
-    assert rb.store.get_attrs("data")["import"]["frames"] == {"front": "jpeg:90", "wrist": "jpegxl:1"}
+    assert rb.get_compressors()["wrist"] == WebPCodec(level=0, lossless=True, method=1)
+    assert rb.store.get_attrs("data")["import"]["frames"] == {"front": "jpeg:90", "wrist": "webp:m1"}
     # the source decoded independently (PyAV): the exact camera is bit for bit, the lossy one close
     import av
 
@@ -215,7 +242,7 @@ def test_rechunk_and_copy_convert_cameras_between_codecs(tmp_path, capsys):
     assert main(["synth", "radial", str(store), "--episodes", "6", "--length", "10", "--image-size", "32"]) == 0
     rb = ReplayBuffer.create_from_path(store)
     before, actions = rb["image"][:], rb["action"][:]
-    assert rb.get_compressors()["image"] == JpegXLCodec(effort=1)
+    assert rb.get_compressors()["image"] == WebPCodec(level=0, lossless=True, method=1)
     assert main(["rechunk", str(store), "--frames", "bogus=fast"]) == 2
     assert "not camera-frame keys" in capsys.readouterr().err
     assert main(["rechunk", str(store), "--frames", "fast"]) == 0
@@ -227,7 +254,7 @@ def test_rechunk_and_copy_convert_cameras_between_codecs(tmp_path, capsys):
     lossy = rb["image"][:]
     assert main(["copy", str(store), str(tmp_path / "c.zarr"), "--frames", "exact"]) == 0
     copy = ReplayBuffer.create_from_path(tmp_path / "c.zarr")
-    assert copy.get_compressors()["image"] == JpegXLCodec(effort=1)
+    assert copy.get_compressors()["image"] == WebPCodec(level=0, lossless=True, method=1)
     np.testing.assert_array_equal(copy["image"][:], lossy)  # exact from here on: the lossy pixels kept
 
 

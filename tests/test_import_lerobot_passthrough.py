@@ -103,13 +103,13 @@ def test_fallbacks_are_reencoded_and_reported_with_the_reason(tmp_path):
         assert f"video: {cam}: " in summary
     rb = ReplayBuffer.create_from_path(tmp_path / "p.zarr")
     for cam in ("cam.bframes", "cam.longgop", "cam.tenbit", "cam.mpeg4"):  # the chosen frame codec, exact
-        assert report.keys[cam].codec.startswith("replaybuf.jpegxl")
+        assert report.keys[cam].codec.startswith("replaybuf.webp")
         np.testing.assert_array_equal(rb[cam][:], decode_all(videos(root, cam)))
     np.testing.assert_array_equal(rb["cam.ok"][:], decode_all(videos(root, "cam.ok")))
     rb.close()
     # the default re-encodes every camera and says nothing about pass-through
     plain = import_dataset(root, tmp_path / "r.zarr", "lerobot", progress=False)
-    assert plain.ok and plain.frame_handling == {} and plain.keys["cam.ok"].codec.startswith("replaybuf.jpegxl")
+    assert plain.ok and plain.frame_handling == {} and plain.keys["cam.ok"].codec.startswith("replaybuf.webp")
 
 
 def test_a_corrupt_packet_in_a_stored_chunk_is_a_corrupt_store_error(g2, tmp_path):

@@ -169,7 +169,7 @@ def test_appending_to_a_store_checks_its_keys_and_fps(tmp_path):
         rec.add_frame(_frame(1, 0))
         rec.save_episode()
     with ReplayBuffer.create_from_path(path) as rb:
-        assert rb.n_episodes == 2 and rb.store.codec("data", "cam").__class__.__name__ == "JpegXLCodec"
+        assert rb.n_episodes == 2 and rb.store.codec("data", "cam").__class__.__name__ == "WebPCodec"
 
 
 CHILD = textwrap.dedent("""

@@ -55,6 +55,32 @@ def test_every_read_path_gives_the_source_dtype(imported):
         rb.get_episode(0, dtypes="float32")
 
 
+def test_warm_keys_are_sliced_in_the_source_dtype_from_one_copy(imported, tmp_path):
+    """After ``warm``, ``rb[key]`` slices of a converted key come from one source-dtype copy (read-only
+    views, no cast per slice — diffusion_policy's per-item path); a write drops that copy."""
+    import shutil
+
+    path, source, _ = imported
+    rb = ReplayBuffer.create_from_path(path)
+    rb.warm(["img"])
+    a, b = rb["img"][10:12], rb["img"][11:14]
+    assert a.dtype == b.dtype == np.float32 and not a.flags.writeable
+    assert np.shares_memory(a, b)  # views of the one float32 copy
+    np.testing.assert_array_equal(b, source["img"][11:14])
+    np.testing.assert_array_equal(rb["img"][[5, 0]], source["img"][[5, 0]])
+    assert rb["img"][3:5, 0, 0].dtype == np.float32
+    shutil.copytree(path, tmp_path / "w.zarr")
+    with ReplayBuffer(tmp_path / "w.zarr") as w:
+        w.warm(["img"])
+        np.testing.assert_array_equal(w["img"][0:3], source["img"][0:3])
+        w["img"][1] = 9.0
+        want = source["img"][0:3].copy()
+        want[1] = 9.0
+        np.testing.assert_array_equal(w["img"][0:3], want)  # not the copy made before the write
+        w.warm(["img"])
+        np.testing.assert_array_equal(w["img"][0:3], want)
+
+
 def test_statistics_and_torch_batches_still_see_uint8_frames(imported):
     path, source, _ = imported
     rb = ReplayBuffer.create_from_path(path)

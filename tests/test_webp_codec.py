@@ -235,6 +235,15 @@ def test_to_dict_from_dict_round_trip():
         json.dumps(d)
         again = WebPCodec.from_dict(d)
         assert again == codec and hash(again) == hash(codec)
+    # a method other than the default (4) is written, and read back; the default is left out, so the
+    # zarr.json of arrays written before ``method`` existed stays as it was
+    d = WebPCodec(level=0, lossless=True, method=1).to_dict()
+    assert d["configuration"] == {"level": 0, "lossless": True, "method": 1}
+    assert WebPCodec.from_dict(d) == WebPCodec(level=0, lossless=True, method=1) != WebPCodec(level=0, lossless=True)
+    assert WebPCodec.from_dict({"name": "replaybuf.webp", "configuration": {"level": 0, "lossless": True}}).method == 4
+    assert repr(WebPCodec(level=0, lossless=True, method=1)) == "WebPCodec(level=0, lossless=True, method=1)"
+    with pytest.raises(ValueError, match="method"):
+        WebPCodec(method=7)
     assert WebPCodec() == WebPCodec(level=99, lossless=False)
     assert WebPCodec(level=98) != WebPCodec(level=99)
     assert WebPCodec(lossless=True) != WebPCodec(lossless=False)

@@ -144,7 +144,7 @@ def _flat_frames_hint(r: KeyReport) -> str | None:
     bpp = r.bytes_per_frame * 8 / (r.shape[1] * r.shape[2])
     if bpp >= FLAT_BITS_PER_PIXEL:
         return None
-    return (f"flat frames ({bpp:.1f} bits a pixel): lossless WebP (--frames webp, or rechunk --frames webp) "
+    return (f"flat frames ({bpp:.1f} bits a pixel): lossless WebP (--frames webp:m1, or rechunk --frames webp:m1) "
             "stores such frames smaller and decodes them ~3x faster, encoding as fast")
 
 

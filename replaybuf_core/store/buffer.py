@@ -30,6 +30,7 @@ import numpy as np
 
 from replaybuf_core import locking, registry
 from replaybuf_core.errors import ReadOnlyError
+from replaybuf_core.layout.compressors import resolve_compressor
 from replaybuf_core.layout.keys import check_key, is_temp_name
 from replaybuf_core.protocol import CAP_CHUNKS, StorageBackend
 
@@ -43,6 +44,7 @@ from .commit import EPISODE_ENDS
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from .merging import StoreMerging
 from .rechunk import ChunkCodecEditing, rechunk_array
+from .step_array import StepArray
 from .recovered_view import RecoveredView
 from .recovery import RecoveryReport, recover
 
@@ -126,6 +128,8 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         self._idx_cache: np.ndarray | None = None
         self._step_reads: dict[str, int] = {}  # rb[key] slices per key, and the bytes they loaded
         self._auto_pinned_bytes = 0            # into memory (step_array._auto_pin)
+        self._source_copies: dict[str, tuple] = {}  # warmed keys in their source dtype (step_array)
+        self._step_arrays: dict[str, tuple] = {}  # key -> (native array, its StepArray)
 
     @property
     def recovery(self) -> RecoveryReport:
@@ -346,9 +350,12 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         native = self._store.get_array("data", key)
         if isinstance(native, np.ndarray) and key not in self.source_dtypes:
             return native
-        from .step_array import StepArray
-
-        return StepArray(self, key)
+        held = self._step_arrays.get(key)  # one StepArray per native array: per-item code asks often
+        if held is not None and held[0] is native:
+            return held[1]
+        array = StepArray(self, key)
+        self._step_arrays[key] = (native, array)
+        return array
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._store.has_array("data", key)
@@ -363,6 +370,8 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
     @_serialized
     def update_meta(self, data: Mapping[str, Any]) -> Any:
         """Store each value as a meta array (scalars and lists become arrays; replaces existing).
+        Arrays of numbers or bools (masks) are compressed with the "default" preset, as an import's
+        meta arrays are; scalars and text are stored as they are.
 
         Raises:
             TypeError: a value becomes an ``object`` array, or a key is not a str.
@@ -385,8 +394,10 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
             if s.has_array("meta", key):
                 s.delete_array("meta", key)
             dtype = np.dtype(object) if arr.dtype.kind == "U" else arr.dtype
+            # numbers compressed like an import's meta arrays (Blosc: verify can tell damage); text as is
+            codec = None if dtype == object or not arr.ndim else resolve_compressor("default")
             s.create_array("meta", key, shape=arr.shape, dtype=dtype,
-                           chunks=arr.shape if arr.ndim and all(arr.shape) else None, codec=None)
+                           chunks=arr.shape if arr.ndim and all(arr.shape) else None, codec=codec)
             s.write("meta", key, 0, arr.astype(object) if dtype == object else arr)
         return self.meta
 

@@ -144,7 +144,11 @@ class StepReading:
     def warm(self, keys: list[str] | None = None) -> None:
         """Load the named data keys (default: all) wholly into memory, so later reads of them never
         touch the store — what diffusion_policy users get from ``copy_from_path``, without copying
-        the buffer.  A no-op for in-memory backends; backends without ``pin`` ignore it.
+        the buffer.  A no-op for in-memory backends; backends without ``pin`` ignore it.  The copy is
+        in the stored dtype (what the samplers read); a key stored in another dtype than its
+        source's (Push-T's frames: uint8 for float32) gets a second copy in the source dtype at its
+        first ``rb[key]`` read, as diffusion_policy's buffer holds it (at most 4 GiB a buffer:
+        :func:`~replaybuf_core.store.step_array._source_copy`).
 
         Raises KeyError naming an unknown key."""
         keys = self.keys() if keys is None else [keys] if isinstance(keys, str) else list(keys)

@@ -32,7 +32,8 @@ class StepArray:
     Reads return new arrays (in :attr:`dtype`: the source's dtype for a key an import stored in
     another, see :mod:`replaybuf_core.store.buffer_dtypes`; string keys: ``object`` arrays of ``str``), except
     after ``warm``: then they are read-only views of the in-memory copy, as fast as NumPy's (copy one
-    before writing to it).  Assignment ``a[i] = v`` / ``a[i:j] = v`` / ``a[i:j, ...] = v`` writes the
+    before writing to it; a key stored in another dtype than its source's is copied into the source
+    dtype once, at its first read after ``warm``: :func:`_source_copy`).  Assignment ``a[i] = v`` / ``a[i:j] = v`` / ``a[i:j, ...] = v`` writes the
     rows through the backend (its caches stay right; the key's stored statistics are forgotten first,
     recomputed on the next ``get_stats``); other index forms raise TypeError.
 
@@ -107,7 +108,10 @@ class StepArray:
         if memory is None and _auto_pin(self._rb, self._key):
             memory = self._pinned()
         if memory is not None:
+            if self._dtypes == "source":
+                memory = _source_copy(self._rb, self._key, memory)
             return self._rb._as_read(self._key, memory[index], self._dtypes)
+        self._rb._source_copies.pop(self._key, None)  # the key's in-memory copy was dropped (a write)
         return self._rb._as_read(self._key, self._read(index), self._dtypes)
 
     def _read(self, index: Any) -> Any:
@@ -205,6 +209,37 @@ def _auto_pin(rb: Any, key: str) -> bool:
             return False
     rb._auto_pinned_bytes = used + nbytes
     return True
+
+
+#: bytes of source-dtype copies of warmed keys a buffer holds at most (:func:`_source_copy`)
+SOURCE_COPY_BYTES = 4 << 30
+
+
+def _source_copy(rb: Any, key: str, memory: np.ndarray) -> np.ndarray:
+    """The in-memory copy ``memory`` of key ``key`` (stored dtype) in the key's source dtype, for
+    ``rb[key]`` reads: a key an import stored in a smaller dtype (Push-T's float32 frames as uint8)
+    would otherwise be cast on every slice — per item in diffusion_policy's sampler, ~10 % of an
+    item's time.  Built once, at the first ``rb[key]`` read after ``warm``, read-only, and held
+    beside the stored-dtype copy (which the samplers read) — the memory diffusion_policy's own
+    ``copy_from_path`` buffer holds; at most :data:`SOURCE_COPY_BYTES` a buffer (beyond that slices
+    are cast as before).  ``memory`` itself when the dtypes agree."""
+    dt = rb.source_dtypes.get(key)
+    if dt is None or memory.dtype == dt:
+        return memory
+    held = rb._source_copies.get(key)
+    if held is not None and held[0]() is memory:
+        return held[1]
+    nbytes = memory.size * np.dtype(dt).itemsize
+    others = sum(c.nbytes for k, (_, c) in rb._source_copies.items() if k != key)
+    if others + nbytes > SOURCE_COPY_BYTES:
+        return memory
+    import weakref
+
+    with rb._mutex:
+        copy = memory.astype(dt)
+        copy.flags.writeable = False
+        rb._source_copies[key] = (weakref.ref(memory), copy)  # stale once the key is pinned anew
+    return copy
 
 
 def _is_int(k: Any) -> bool:

@@ -57,8 +57,8 @@ WEBP_MAX_DIMENSION = 16383
 #: ``side < 16383`` (strictly) and rejects a 16383-pixel side.
 MAX_FRAME_SIDE = WEBP_MAX_DIMENSION - 1
 
-#: libwebp effort ("method", 0=fast .. 6=slowest/smallest).  Pinned here rather
-#: than relying on imagecodecs' default so the bytes written do not silently
+#: libwebp effort ("method", 0=fast .. 6=slowest/smallest) when the configuration names none.
+#: Pinned here rather than relying on imagecodecs' default so the bytes written do not silently
 #: change with an imagecodecs upgrade.
 WEBP_METHOD = 4
 
@@ -83,6 +83,12 @@ class WebPCodec(FrameCodec):
         (higher = better fidelity, usually larger output); in lossless mode it
         is libwebp's compression effort (higher = smaller, slower), and the
         decoded pixels are identical at every level.
+    method : int, default 4 (:data:`WEBP_METHOD`)
+        libwebp's ``method``, 0..6: the speed / size trade-off of the encoder
+        (0 fastest).  The decoder reads every method; it changes the bytes,
+        never the decoded pixels of a lossless frame.  Written to ``zarr.json``
+        only when not the default, so arrays written before it existed keep
+        their configuration.
     lossless : bool, default False
         Use WebP's lossless (VP8L) bitstream: decode(encode(x)) == x exactly,
         including the RGB values of fully transparent RGBA pixels.  Lossy mode
@@ -106,7 +112,7 @@ class WebPCodec(FrameCodec):
         at array creation (:meth:`validate` / :meth:`evolve_from_array_spec`)
         when the dtype is not uint8.
     ValueError
-        ``level`` outside 0..100; at array creation when the rank, the
+        ``level`` outside 0..100 or ``method`` outside 0..6; at array creation when the rank, the
         frames per chunk, the channel count or a frame side is not supported
         (see :meth:`validate`).
 
@@ -121,7 +127,7 @@ class WebPCodec(FrameCodec):
     """
 
     codec_name: ClassVar[str] = CODEC_NAME
-    config_keys: ClassVar[tuple[str, ...]] = ("level", "lossless")
+    config_keys: ClassVar[tuple[str, ...]] = ("level", "lossless", "method")
     max_side: ClassVar[int] = MAX_FRAME_SIDE
     max_side_reason: ClassVar[str] = (
         f" (WebP bitstreams describe at most {WEBP_MAX_DIMENSION} px per side and "
@@ -129,10 +135,24 @@ class WebPCodec(FrameCodec):
 
     level: int
     lossless: bool
+    method: int
 
-    def __init__(self, *, level: int = DEFAULT_LEVEL, lossless: bool = DEFAULT_LOSSLESS) -> None:
+    def __init__(self, *, level: int = DEFAULT_LEVEL, lossless: bool = DEFAULT_LOSSLESS,
+                 method: int = WEBP_METHOD) -> None:
         object.__setattr__(self, "level", check_int("WebPCodec", "level", level, 0, 100))
         object.__setattr__(self, "lossless", _parse_lossless(lossless))
+        object.__setattr__(self, "method", check_int("WebPCodec", "method", method, 0, 6))
+
+    def __repr__(self) -> str:
+        method = "" if self.method == WEBP_METHOD else f", method={self.method}"
+        return f"WebPCodec(level={self.level}, lossless={self.lossless}{method})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``zarr.json``'s entry; ``method`` only when it is not :data:`WEBP_METHOD`."""
+        doc = super().to_dict()
+        if self.method == WEBP_METHOD:
+            del doc["configuration"]["method"]
+        return doc
 
     def encode_image(self, frame: np.ndarray) -> bytes:
         """One frame to a WebP file (VP8L when lossless, VP8 otherwise); gray frames as R=G=B."""
@@ -142,7 +162,7 @@ class WebPCodec(FrameCodec):
         # imagecodecs encodes losslessly whenever ``lossless`` is None (its
         # default), whatever ``level`` is -- so always pass both explicitly.
         return imagecodecs.webp_encode(
-            frame, level=self.level, lossless=self.lossless, method=WEBP_METHOD
+            frame, level=self.level, lossless=self.lossless, method=self.method
         )
 
     def decode_image(self, data: bytes, channels: int) -> np.ndarray:

@@ -4,7 +4,8 @@ Data (read-only, decoded with PyAV): the GR00T sample's h264 camera (256×256, n
 scenes), and a 640×480 stand-in for a real robot camera — a mosaic of 3×2 GR00T frames from
 different episodes at the same time index, cropped to 640×480 (native-resolution texture, no
 upscaling, which would smooth the frames and flatter every codec).  Push-T's flat 96×96 frames are
-measured too, to show how much they flatter a codec.  Each codec is called through its zarr codec's
+measured too, to show how much they flatter a codec; and 96×96 / 128×128 crops of the GR00T frames for
+the exact tier of small frames (lossless WebP method 1 up to 96×96, JPEG XL above).  Each codec is called through its zarr codec's
 ``encode_frame`` / ``decode_frame`` — the path imports and reads take — on one thread.
 Goals (issue 29): exact encode ≤ 10 ms a 640×480 frame at ≤ 1.2× lossless WebP's bytes; fast tier
 ≥ 500 frames/s/core encode, ≥ 800 decode, PSNR ≥ 40 dB.
@@ -61,7 +62,7 @@ def _codecs() -> dict[str, object]:
     from replaybuf_core.layout.frame_choice import parse_frame_choice
     from replaybuf_zarr.frame_choice import zarr_frame_codec
 
-    names = ["webp", "exact", "jpegxl:2", "fast", "jpeg:90", "jpeg420:95", "webp:90"]
+    names = ["webp", "exact", "webp:m1", "jpegxl:2", "fast", "jpeg:90", "jpeg420:95", "webp:90"]
     return {n: zarr_frame_codec(parse_frame_choice(n)) for n in names}
 
 
@@ -85,7 +86,8 @@ def run(table: Table, smoke: bool) -> None:
         table.add("frames", f"skipped: no PyAV or no {GR00T}", 0, "")
         return
     small, big, mp4 = got
-    sets = {"640x480": big, "256x256": small}
+    sets = {"640x480": big, "256x256": small, "128x128 crops": np.ascontiguousarray(small[:, 64:192, 64:192]),
+            "96x96 crops": np.ascontiguousarray(small[:, 80:176, 80:176])}
     if PUSHT.is_dir():
         import zarr
 
@@ -107,6 +109,18 @@ def run(table: Table, smoke: bool) -> None:
     table.ratio("frames", "640x480 fast encode frames/s/core", 1 / fast[1], ">= 500", 1 / fast[1] >= 500)
     table.ratio("frames", "640x480 fast decode frames/s/core", 1 / fast[2], ">= 800", 1 / fast[2] >= 800)
     table.ratio("frames", "640x480 fast worst PSNR dB", fast[3], ">= 40", fast[3] >= 40)
+    # the exact tier of small frames (<= 96x96 px): lossless WebP method 1 instead of JPEG XL e1
+    for label in ("96x96 crops", "Push-T 96x96"):
+        if (label, "webp:m1") not in results:
+            continue
+        w, j = results[label, "webp:m1"], results[label, "exact"]
+        table.ratio("frames", f"{label}: webp:m1 decode speed / JPEG XL e1's", j[2] / w[2], ">= 1.3 (small exact)",
+                    j[2] / w[2] >= 1.3)
+        table.ratio("frames", f"{label}: webp:m1 bytes / JPEG XL e1's", w[0] / j[0], "<= 1.15", w[0] / j[0] <= 1.15)
+    for label in ("128x128 crops", "256x256"):  # why exact stays JPEG XL above 96x96
+        w, j = results[label, "webp:m1"], results[label, "exact"]
+        table.ratio("frames", f"{label}: webp:m1 decode speed / JPEG XL e1's", j[2] / w[2], "(shown)", True)
+        table.ratio("frames", f"{label}: webp:m1 encode time / JPEG XL e1's", w[1] / j[1], "(shown)", True)
     r = results["256x256", "fast"][0] / mp4
     table.ratio("frames", "256x256 fast bytes / the source mp4's", r, "<= 4 (the compact tier is video)", r <= 4)
 

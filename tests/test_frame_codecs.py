@@ -171,10 +171,10 @@ def _schema(tmp_path, name):
                                            "action": spec((0, 2), "float32")})
 
 
-@pytest.mark.parametrize("h, w, small", [(96, 96, True), (128, 128, True), (84, 84, True), (128, 130, False),
-                                         (256, 256, False), (480, 640, False), (16, 1024, True)])
-def test_the_exact_tier_is_webp_method_1_for_frames_up_to_128x128_px(tmp_path, h, w, small):
-    """``exact`` resolves per camera: lossless WebP (libwebp method 1) for frames of at most 128 × 128
+@pytest.mark.parametrize("h, w, small", [(96, 96, True), (84, 84, True), (96, 97, False), (128, 128, False),
+                                         (256, 256, False), (480, 640, False), (16, 512, True)])
+def test_the_exact_tier_is_webp_method_1_for_frames_up_to_96x96_px(tmp_path, h, w, small):
+    """``exact`` resolves per camera: lossless WebP (libwebp method 1) for frames of at most 96 × 96
     pixels, lossless JPEG XL above; written into zarr.json as such and read back bit for bit (the
     WebP file decoded by imagecodecs directly).  An explicit ``jpegxl`` stays JPEG XL at any size."""
     cams = {"cam": ((3, h, w, 3), np.uint8)}

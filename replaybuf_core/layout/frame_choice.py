@@ -5,7 +5,7 @@ Grammar of one choice (case-insensitive):
 
 =================  =============================================================================
 ``exact``          the exact tier: lossless, bit for bit, fast to encode and decode — :data:`TIERS`
-                   (JPEG XL lossless, effort 1; frames of at most :data:`SMALL_FRAME_PIXELS` pixels:
+                   (JPEG XL lossless, effort 1; frames of at most 96 × 96 pixels:
                    lossless WebP, method 1 — :func:`tier_choice`; both chosen by measurement,
                    ``benchmarks/frames``)
 ``fast``           the fast lossy tier — :data:`TIERS` (JPEG quality 95, 4:4:4: PSNR ≥ 40 dB)
@@ -35,12 +35,12 @@ __all__ = ["FRAMES_HELP", "FrameChoice", "SMALL_FRAME_PIXELS", "TIERS", "parse_f
 #: the two tiers, by name → the codec each means (what ``exact`` and ``fast`` resolve to)
 TIERS = {"exact": "jpegxl:1", "fast": "jpeg:95"}
 
-#: frames of at most this many pixels (H × W: 128 × 128) take :data:`EXACT_SMALL` for ``exact``.
+#: frames of at most this many pixels (H × W: 96 × 96) take :data:`EXACT_SMALL` for ``exact``.
 #: Measured (``benchmarks/frames``, one thread): on Push-T's 96 × 96 frames lossless WebP method 1
-#: is half JPEG XL's bytes (0.51 vs 1.07 KB) and decodes 7× faster (0.022 vs 0.16 ms); on natural
-#: frames of 84..128 px it is within 2 % of JPEG XL's bytes and decodes 1.7-1.9× faster, encoding
-#: in 0.6-1.1 ms.  From 256 × 256 up JPEG XL wins on every count (35 vs 49 KB, 4.5× faster encode)
-SMALL_FRAME_PIXELS = 128 * 128
+#: is half JPEG XL's bytes (0.5 vs 1.0 KB) and decodes 5× faster; on 96 × 96 crops of natural
+#: frames it is 12 % larger and decodes 3.7× faster (encoding at ~800 frames/s).  At 128 × 128 the
+#: decode lead shrinks to 1.2× for the same 12 %, and from 256 × 256 up JPEG XL wins on every count
+SMALL_FRAME_PIXELS = 96 * 96
 #: what ``exact`` means for small frames
 EXACT_SMALL = "webp:m1"
 
@@ -48,7 +48,7 @@ EXACT_SMALL = "webp:m1"
 DEFAULT = "exact"
 
 #: the ``--frames`` help of every CLI command that writes frames
-FRAMES_HELP = ("camera-frame codec: exact (lossless: JPEG XL, WebP for frames up to 128x128; the default), "
+FRAMES_HELP = ("camera-frame codec: exact (lossless: JPEG XL, WebP for frames up to 96x96 px; the default), "
                "fast (JPEG q95, lossy, checked by PSNR), jpegxl[:EFFORT], webp (lossless), webp:mMETHOD "
                "(lossless), webp:Q, jpeg[:Q], jpeg420[:Q], "
                "video[:h264|av1][:CRF][:gFRAMES] (compact: G frames a chunk, one GOP; PyAV); per key: "

@@ -115,6 +115,31 @@ def held_here(directory: str | os.PathLike) -> bool:
         return entry is not None and entry[2] == os.getpid()
 
 
+def live_holder(directory: str | os.PathLike) -> str | None:
+    """The pid (as its lock file gives it) of the live process holding the writer lock of the store in
+    ``directory`` — this process's own when it holds it — or None when nobody does (no lock file, or
+    an unlocked one).  Creates nothing: a read-only open asks it.  Probes with a shared
+    ``flock`` taken and dropped at once, so a writer acquiring at that very instant may be refused
+    once (``StoreLockedError``) — ask only when there is reason to (an edit journal found)."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    if held_here(directory):
+        return str(os.getpid())
+    try:
+        fd = os.open(Path(directory) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder_pid(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def acquire(directory: str | os.PathLike) -> StoreLock | None:
     """Take (or share, within this process) the writer lock of the store in ``directory``.
 

@@ -389,3 +389,26 @@ def test_string_keys_are_refused_by_name_and_a_malformed_record_is_a_note(tmp_pa
     assert [p.level for p in found] == ["note"]
     with ReplayBuffer.create_from_path(path) as ro:
         assert float(ro.get_stats()["x"]["mean"]) == 0.0
+
+
+def test_verify_skips_the_unused_rows_of_grown_statistics_arrays(tmp_path):
+    """Statistics arrays grow geometrically; rows past those in use were never written and zarr leaves
+    their chunks out — not a missing chunk (found by the property test above: 2, 1, 1 episodes, stats,
+    1 more; meta/_stats.*.moments then has 8 rows, 5 in use, and its last chunk absent)."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "s.zarr"
+    rb = ReplayBuffer.create_empty("zarr", path)
+    for n in (4, 6):
+        rb.add_episode(_episode(rng, n))
+    rb.get_stats()
+    for _ in range(2):
+        rb.add_episode(_episode(rng, 1))
+    rb.get_stats()
+    rb.add_episode(_episode(rng, 1))
+    rb.get_stats()
+    rb.close()
+    import os
+
+    moments = path / "meta" / "_stats.pos.moments"
+    assert len(os.listdir(moments / "c")) < 4  # the grown array's last chunk was never written
+    assert [p for p in verify_store(str(path)) if p.level == "error"] == []

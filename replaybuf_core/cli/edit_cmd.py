@@ -1,5 +1,7 @@
 """``replaybuf edit delete|trim|keep PATH ...``: edit a store in place (crash-safe; see
-:mod:`replaybuf_core.store.editing`).  Bad indices or ranges are refused with nothing changed."""
+:mod:`replaybuf_core.store.editing`).  Bad indices or ranges are refused with nothing changed.  On
+camera keys with a lossy codec (JPEG, video) the edit re-encodes the kept frames it moves: a note per
+key says how many and their worst PSNR against before the edit."""
 
 from __future__ import annotations
 
@@ -44,12 +46,14 @@ def run(args) -> int:
             if rb.n_episodes and len(set(int(i) for i in chosen)) == rb.n_episodes and not args.delete_all:
                 raise ValueError(f"{' '.join(args.episodes)} selects all {rb.n_episodes} episodes of {args.path}: "
                                  "pass --all to delete every episode (nothing was changed)")
-            rb.delete_episodes(chosen)
+            report = rb.delete_episodes(chosen)
         elif args.edit == "trim":
-            rb.trim_episode(args.episode, args.start, args.stop)
+            report = rb.trim_episode(args.episode, args.start, args.stop)
         else:
-            rb.keep_episodes(args.mask)
+            report = rb.keep_episodes(args.mask)
         print(f"{args.path}: {before[0]} episodes / {before[1]} steps -> {rb.n_episodes} episodes / {rb.n_steps} steps")
+        for line in report.lines():  # kept frames a lossy codec (JPEG, video) encoded again
+            print(line)
         _note_dead_space(args.path, rb.store)
     return 0
 

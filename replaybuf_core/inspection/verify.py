@@ -38,7 +38,7 @@ from replaybuf_core import registry
 from replaybuf_core.layout.keys import TMP_KEY
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
 from replaybuf_core.store.commit import EPISODE_ENDS, read_commit_record
-from replaybuf_core.store.editing import STATS_PREFIX
+from replaybuf_core.store.editing import STATS_PREFIX, STATS_RECORD
 
 #: per array, at most this many undecodable blocks are listed, then a count of the rest
 MAX_BLOCK_PROBLEMS = 10
@@ -184,6 +184,8 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                             "detect it there")
             if callable(checker):
                 committed = n_steps if group == "data" and ends is not None else None
+                if group == "meta" and name.startswith(STATS_PREFIX):
+                    committed = _stats_rows_in_use(store, name)
                 try:
                     found = checker(group, name, rows=committed)
                 except TypeError:  # a third-party backend without the ``rows`` argument
@@ -198,6 +200,18 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
         note("meta/episode_ends", "rows past episode_ends[-1] and trailing fill values are kept as they are: "
                                   "recovery does not repair damage (writable opens and --repair refuse it)")
     return problems
+
+
+def _stats_rows_in_use(store, name: str) -> int | None:
+    """Rows in use of the stored-statistics array ``meta/<name>`` (``_stats.<key>.<part>``): its arrays
+    grow geometrically, and the rows past those in use were never written (zarr leaves their chunks
+    out); None when the record does not name the array (all its rows are then checked)."""
+    key, _, part = name[len(STATS_PREFIX):].rpartition(".")
+    try:
+        rows = store.get_attrs("meta")[STATS_RECORD]["keys"][key]["rows"][part]
+    except (KeyError, TypeError):
+        return None
+    return int(rows) if isinstance(rows, int) and not isinstance(rows, bool) else None
 
 
 def _check_stats(store, err, note) -> None:

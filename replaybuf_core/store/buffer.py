@@ -129,7 +129,7 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         self._step_reads: dict[str, int] = {}  # rb[key] slices per key, and the bytes they loaded
         self._auto_pinned_bytes = 0            # into memory (step_array._auto_pin)
         self._source_copies: dict[str, tuple] = {}  # warmed keys in their source dtype (step_array)
-        self._step_arrays: dict[str, tuple] = {}  # key -> (native array, its StepArray)
+        self._read_dtypes: dict[tuple, tuple] = {}  # (key, dtypes) -> (native array, read dtype): StepArray
 
     @property
     def recovery(self) -> RecoveryReport:
@@ -350,12 +350,7 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         native = self._store.get_array("data", key)
         if isinstance(native, np.ndarray) and key not in self.source_dtypes:
             return native
-        held = self._step_arrays.get(key)  # one StepArray per native array: per-item code asks often
-        if held is not None and held[0] is native:
-            return held[1]
-        array = StepArray(self, key)
-        self._step_arrays[key] = (native, array)
-        return array
+        return StepArray(self, key)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._store.has_array("data", key)

@@ -290,11 +290,14 @@ class EpisodeAppending:
         self._require_writable()
         if self._n_ep == 0:
             raise EmptyBufferError("drop_episode on an empty buffer (0 episodes)")
+        from .lossy_frames import lossy_keys, measure_tail
         from .stored_stats import EditPlan
 
-        plan = EditPlan(self, np.array([self._n_ep - 1]), {})
         s = self._store
+        plan = EditPlan(self, np.array([self._n_ep - 1]), {}, lossy_keys(s, self.keys()))
         new_steps = int(self._ends[self._n_ep - 2]) if self._n_ep > 1 else 0
+        # the shrink re-encodes the kept frames of a lossy key's last chunk: their statistics follow
+        measured = {k: measure_tail(s, k, new_steps) for k in plan.lossy}
         # each step durable before the next overwrites anything (a backend buffering writes may put
         # a shrink's fill values on disk before its new length): record, then ends, then data
         # before the ends: it never claims more; the next generation, as an edit's: stats entries of the
@@ -308,6 +311,7 @@ class EpisodeAppending:
         for key in self.keys():
             s.resize("data", key, new_steps)
         self._persist()
+        plan.rewritten = {k: after() for k, after in measured.items()}
         plan.apply()
 
     @_serialized

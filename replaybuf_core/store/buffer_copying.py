@@ -8,6 +8,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from replaybuf_core import registry
 from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
@@ -17,7 +19,9 @@ from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageB
 
 from .commit import COMMIT_RECORD, EPISODE_ENDS, read_generation, write_commit_record
 from .copying import copy_array
+from .lossy_frames import lossy_keys
 from .replace import build_beside, holding_lock
+from .stored_stats import rehistogram
 
 if TYPE_CHECKING:
     from .buffer import ReplayBuffer
@@ -256,6 +260,8 @@ class StoreCopying:
         if self._n_ep:
             dst.write("meta", EPISODE_ENDS, 0, self.episode_ends)
         write_commit_record(dst, self._n_ep, self.n_steps, generation=read_generation(self._store))  # stats stay valid
+        # ... but for keys written through a lossy codec (JPEG, video): re-encoded pixels, recounted
+        rehistogram(dst, lossy_keys(dst, keys), np.asarray(self.episode_ends[: self._n_ep], dtype=np.int64))
         dst.flush()
 
     def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any, group: str = "data"):

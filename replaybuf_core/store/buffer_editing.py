@@ -23,6 +23,7 @@ from . import editing
 from .buffer_checks import _check_index, _serialized
 from .commit import read_generation
 from .interrupts import deferred_sigint
+from .lossy_frames import EditReport, lossy_keys
 from .source_records import drop_imported_stats
 from .stored_stats import EditPlan
 
@@ -51,11 +52,13 @@ class EpisodeEditing:
         self._idx_cache = None
 
     def _run_edit(self, kind: str, ranges: list[tuple[int, int]], kept: np.ndarray, deleted: np.ndarray,
-                  trimmed: dict[int, tuple[int, int]], drop_stats: bool = True) -> None:
+                  trimmed: dict[int, tuple[int, int]], drop_stats: bool = True) -> EditReport:
         """Run a validated edit (``kind``: the verb): prepare the statistics' plan, drop the imported
         ``stats.json`` (unless ``drop_stats`` is False), rewrite, refresh the bookkeeping, update the
-        statistics.  Whatever interrupts it (``BaseException``) is re-raised after
-        :meth:`_undo_interrupted_edit`.
+        statistics (lossy frame keys' from the rows the rewrite re-encoded).  Whatever interrupts it
+        (``BaseException``) is re-raised after :meth:`_undo_interrupted_edit`.
+
+        Returns the :class:`~replaybuf_core.store.lossy_frames.EditReport`.
 
         Raises:
             InterruptedEditError: the edit was interrupted and undoing it failed too (chained).
@@ -64,16 +67,18 @@ class EpisodeEditing:
         # (a deep copy: a backend may hand out its nested values, which the edit's steps change in place)
         before = {group: copy.deepcopy(store.get_attrs(group)) for group in _ATTR_GROUPS}
         generation = read_generation(store)
+        counts = (self._n_ep, int(self._ends[self._n_ep - 1]) if self._n_ep else 0)
         try:
-            plan = EditPlan(self, deleted, trimmed)
+            plan = EditPlan(self, deleted, trimmed, lossy_keys(store, self.keys()))
             if drop_stats:
                 drop_imported_stats(store, kind)
-            editing.rewrite(self, ranges, kept, kind)
+            plan.rewritten = rewritten = editing.rewrite(self, ranges, kept, kind)
             self._after_edit()
             plan.apply()
         except BaseException as exc:
             self._undo_interrupted_edit(kind, exc, before, generation)
             raise
+        return EditReport(kind, (counts[0], self._n_ep), (counts[1], self.n_steps), rewritten)
 
     def _undo_interrupted_edit(self, kind: str, exc: BaseException, before: dict[str, dict], generation: int) -> None:
         """Clean up after ``exc`` interrupted an edit, with Ctrl-C held back meanwhile: if the edit had
@@ -87,12 +92,15 @@ class EpisodeEditing:
             ``exc``); a journal it could not finish stays for the next writable open.
         """
         store = self._store
-        committed = editing.pending(store) is None and read_generation(store) != generation
+        journal = editing.pending(store)
+        committed = journal is None and read_generation(store) != generation
         try:
             with deferred_sigint():  # a second Ctrl-C is raised once the store is whole again
                 editing.rollback(store, apply=True)  # the journaled rows back; without a journal, the backups go
                 if not committed:
                     _restore_attrs(store, before)
+                if journal is not None:  # lossy frames written back: not the pixels the statistics counted
+                    editing.forget_lossy_stats(store, list(journal.get("lossy", [])))
                 self._persist()
                 self._after_edit()
         except Exception as failure:
@@ -117,10 +125,15 @@ class EpisodeEditing:
         return np.asarray(sorted(out), dtype=np.int64)
 
     @_serialized
-    def delete_episodes(self, indices: Any) -> None:
+    def delete_episodes(self, indices: Any) -> EditReport:
         """Delete the given episodes (any of them; negative indices count from the end).  The
         remaining episodes keep their order; per-episode meta arrays follow.  Crash-safe (the old
         or the new store survives a kill), rewriting only from the first deleted episode on.
+
+        Returns an :class:`~replaybuf_core.store.lossy_frames.EditReport`: episodes and steps before
+        and after, and per camera key with a lossy codec (JPEG, video) how many kept frames the edit
+        re-encoded and their worst PSNR (deleting the last episodes re-encodes at most the kept frames
+        of the chunk holding the new end).  The same for :meth:`keep_episodes` and :meth:`trim_episode`.
 
         Raises:
             TypeError: a non-integer index.  IndexError: an index out of range (named).
@@ -133,10 +146,10 @@ class EpisodeEditing:
         gone = self._episode_numbers(indices, "delete_episodes")
         keep = np.setdiff1d(np.arange(self._n_ep), gone)
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], keep)
-        self._run_edit("delete_episodes", ranges, kept, gone, {})
+        return self._run_edit("delete_episodes", ranges, kept, gone, {})
 
     @_serialized
-    def keep_episodes(self, mask: Any) -> None:
+    def keep_episodes(self, mask: Any) -> EditReport:
         """Keep only the episodes where ``mask`` is True: a bool array (n_episodes,), or the name of
         a bool meta array with one row per episode (e.g. a validation mask).  Crash-safe.
 
@@ -156,10 +169,10 @@ class EpisodeEditing:
         if mask.shape != (self._n_ep,):
             raise ValueError(f"keep_episodes: mask has shape {mask.shape}, the buffer has {self._n_ep} episodes")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.flatnonzero(mask))
-        self._run_edit("keep_episodes", ranges, kept, np.flatnonzero(~mask), {}, drop_stats=not mask.all())
+        return self._run_edit("keep_episodes", ranges, kept, np.flatnonzero(~mask), {}, drop_stats=not mask.all())
 
     @_serialized
-    def trim_episode(self, index: int, start: int = 0, stop: int | None = None) -> None:
+    def trim_episode(self, index: int, start: int = 0, stop: int | None = None) -> EditReport:
         """Keep steps ``[start, stop)`` of episode ``index`` (drop idle frames at either end); ``stop``
         None keeps to the end.  Crash-safe; rewrites from that episode on.
 
@@ -181,4 +194,4 @@ class EpisodeEditing:
             raise ValueError(f"trim_episode: episode {i} has {length} steps; [start, stop) = [{start}, {stop}) must "
                              "satisfy 0 <= start < stop <= length (an episode keeps at least one step)")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.arange(self._n_ep), {i: (start, stop)})
-        self._run_edit("trim_episode", ranges, kept, np.zeros(0, dtype=np.int64), {i: (start, stop)})
+        return self._run_edit("trim_episode", ranges, kept, np.zeros(0, dtype=np.int64), {i: (start, stop)})

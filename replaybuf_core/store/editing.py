@@ -19,7 +19,9 @@ first changed row, then the kept rows moved down.  How an edit runs (an *undo jo
 :func:`rollback` (run by every writable open, through :func:`replaybuf_core.store.recovery.recover`)
 finds a journal and puts the backed-up rows and arrays back; backups without a journal are an
 unfinished step 1 and are deleted.  A read-only open of a store with a journal raises
-:class:`InterruptedEditError` rather than show a half-edited store.  So a kill at any moment
+:class:`InterruptedEditError` rather than show a half-edited store — or, while a live process holds
+the store's writer lock (the edit is running, not interrupted), :class:`EditInProgressError` naming
+that process.  So a kill at any moment
 leaves the old or the new store on the next open, never a mixture.  An interruption the editing
 process survives (Ctrl-C, an error) is rolled back by that process at once, through the same
 :func:`rollback` (:meth:`replaybuf_core.store.buffer_editing.EpisodeEditing._run_edit`): a journal is
@@ -28,6 +30,17 @@ may read rows while they move.
 
 Deleting the last of 200 episodes rewrites nothing but the tail's partial chunk; deleting the first
 rewrites everything.
+
+**Lossy frame keys** (JPEG, lossy WebP, video: :mod:`replaybuf_core.store.lossy_frames`) are rewritten
+with care for the pixels of the kept frames: their backup is stored losslessly (the store's exact frame
+codec), so a kept frame is encoded once more, not twice; their rewrite starts at the first changed
+*chunk* (a partial shard write keeps the other chunks' bytes), so deleting the last episodes of a JPEG
+store (one frame a chunk) re-encodes no kept frame, and of a video store (GOPs of G frames) only the
+kept frames of the chunk holding the new end; the rewritten rows are read back and compared with the
+backup: :func:`rewrite` returns, per such key, how many kept frames were re-encoded, their worst PSNR
+and the histograms the stored statistics need.  A roll-back writes such a key's backed-up pixels
+through its codec again (one more generation for rows from its start on) and forgets its stored
+statistics (:func:`rollback`).
 """
 
 from __future__ import annotations
@@ -36,13 +49,17 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf_core.errors import CorruptStoreError
+from replaybuf_core.errors import CorruptStoreError, StoreLockedError
 from replaybuf_core.protocol import CAP_SHARDS, StorageBackend
+
+from replaybuf_core.stats.kernels import channel_histograms
 
 from .commit import EPISODE_ENDS
 from .copying import block_rows
+from .lossy_frames import ReencodedFrames, lossy_keys, worst_psnr
 
-__all__ = ["EDIT_JOURNAL", "UNDO_PREFIX", "InterruptedEditError", "keep_ranges_for", "rewrite", "rollback"]
+__all__ = ["EDIT_JOURNAL", "UNDO_PREFIX", "EditInProgressError", "InterruptedEditError", "keep_ranges_for", "rewrite",
+           "rollback"]
 
 #: ``meta`` attribute holding the journal of an edit in progress
 EDIT_JOURNAL = "replaybuf_edit"
@@ -51,11 +68,18 @@ UNDO_PREFIX = "_temp_undo."
 #: prefix of the stored statistics' arrays (:mod:`replaybuf_core.store.stored_stats`), which follow edits
 #: their own way
 STATS_PREFIX = "_stats."
+#: ``meta`` attribute describing the stored statistics (:mod:`replaybuf_core.store.stored_stats`)
+STATS_RECORD = "replaybuf_stats"
 
 
 class InterruptedEditError(CorruptStoreError):
     """A store holds an unfinished edit: open it writable (or ``replaybuf verify --repair``) to roll
     the edit back."""
+
+
+class EditInProgressError(StoreLockedError):
+    """A read-only open found an edit journal while a live process holds the store's writer lock: the
+    edit is running, not interrupted; the message names the process.  Open the store once it is done."""
 
 
 def episode_meta_arrays(store: StorageBackend, n_episodes: int) -> list[str]:
@@ -92,18 +116,58 @@ def _unit(store: StorageBackend, key: str) -> int:
     return int((shards or chunks or (1,))[0] or 1)
 
 
-def _copy_rows(store: StorageBackend, group: str, src: str, a: int, b: int, dst: str) -> None:
-    """Create ``group/dst`` holding rows ``[a, b)`` of ``group/src`` with the same layout."""
+def _chunk_len(store: StorageBackend, key: str) -> int:
+    """Rows per chunk of ``data/key`` (a lossy frame key's rewrite starts on a multiple)."""
+    chunks = store.chunks("data", key) if hasattr(store, "chunks") else None
+    return int((chunks or (1,))[0] or 1)
+
+
+def _spans(start: int, stop: int, unit: int, step: int) -> list[tuple[int, int]]:
+    """Rows ``[start, stop)`` cut into write blocks: the first up to the next multiple of ``unit``
+    (a rewrite may start mid-shard), then ``step`` rows (a multiple of ``unit``) each, so every block
+    after the first covers whole stored objects."""
+    cuts = sorted({start, stop, *range(-(-start // unit) * unit, stop, step)})
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+
+
+def _lossless_layout(store: StorageBackend, key: str) -> tuple[Any, Any, Any]:
+    """``(chunks, codec, shards)`` for a lossless copy of the frame key ``data/key`` (its backup):
+    the backend's exact frame codec when it has one, else the "default" preset on the key's chunks."""
+    from replaybuf_core.layout.compressors import resolve_compressor
+    from replaybuf_core.layout.sharding import frame_chunk_shape, frame_shard_shape
+
+    shape = tuple(store.shape("data", key))
+    shards = store.shards("data", key) if CAP_SHARDS in store.capabilities else None
+    make = getattr(store, "image_codec", None)
+    if callable(make):
+        codec = make(None)
+        chunks = frame_chunk_shape(shape, codec)
+        return chunks, codec, (frame_shard_shape(chunks, int(shards[0])) if shards else None)
+    return store.chunks("data", key), resolve_compressor("default"), shards
+
+
+def _copy_rows(store: StorageBackend, group: str, src: str, a: int, b: int, dst: str,
+               lossless: bool = False, hist: np.ndarray | None = None) -> None:
+    """Create ``group/dst`` holding rows ``[a, b)`` of ``group/src`` with the same layout — or, with
+    ``lossless``, the layout of :func:`_lossless_layout` (a lossy frame key's backup keeps the pixels
+    exactly).  ``hist`` (int64 (C, 256)): the copied rows' per-channel value counts are added to it."""
     shape = tuple(store.shape(group, src))
     dtype = np.dtype(store.dtype(group, src))
-    chunks = store.chunks(group, src) if hasattr(store, "chunks") else None
-    shards = store.shards(group, src) if CAP_SHARDS in store.capabilities else None
-    store.create_array(group, dst, shape=(b - a,) + shape[1:], dtype=dtype, chunks=chunks,
-                       codec=store.codec(group, src), shards=shards)
+    if lossless:
+        chunks, codec, shards = _lossless_layout(store, src)
+    else:
+        chunks = store.chunks(group, src) if hasattr(store, "chunks") else None
+        shards = store.shards(group, src) if CAP_SHARDS in store.capabilities else None
+        codec = store.codec(group, src)
+    store.create_array(group, dst, shape=(b - a,) + shape[1:], dtype=dtype, chunks=chunks, codec=codec,
+                       shards=shards)
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * (dtype.itemsize if dtype != object else 64)
     step = block_rows(row_bytes, (shards or chunks or (None,))[0], chunks[0] if chunks else None)
     for r in range(a, b, step):
-        store.write(group, dst, r - a, store.read(group, src, r, min(b, r + step)))
+        block = store.read(group, src, r, min(b, r + step))
+        store.write(group, dst, r - a, block)
+        if hist is not None:
+            channel_histograms(np.asarray(block), hist)
 
 
 def _gather(store: StorageBackend, name: str, rows: np.ndarray) -> np.ndarray:
@@ -114,12 +178,15 @@ def _gather(store: StorageBackend, name: str, rows: np.ndarray) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def rewrite(buf: Any, ranges: list[tuple[int, int]], kept: np.ndarray, kind: str) -> None:
+def rewrite(buf: Any, ranges: list[tuple[int, int]], kept: np.ndarray, kind: str) -> dict[str, ReencodedFrames]:
     """Make ``buf``'s store hold the rows ``ranges`` (old row ranges, one per new episode, in
     increasing order, non-overlapping, each non-empty) as its episodes, ``kept[i]`` being the old
     episode of new episode ``i`` (per-episode meta rows follow it).  See the module docstring for the
     steps; ``kind`` names the edit in the journal.  The caller validated everything and holds the
-    buffer's mutex; it refreshes its bookkeeping afterwards."""
+    buffer's mutex; it refreshes its bookkeeping afterwards.
+
+    Returns, per data key with a lossy frame codec that was rewritten, what happened to its kept
+    frames (:class:`~replaybuf_core.store.lossy_frames.ReencodedFrames`); empty when nothing changed."""
     store: StorageBackend = buf._store
     old_ends = np.asarray(buf._ends[: buf._n_ep], dtype=np.int64)
     old_n = int(old_ends[-1]) if old_ends.size else 0
@@ -134,33 +201,38 @@ def rewrite(buf: Any, ranges: list[tuple[int, int]], kept: np.ndarray, kind: str
             break
         first = b
     if first == new_n == old_n and new_ends.size == old_ends.size:
-        return  # nothing changes
+        return {}  # nothing changes
     keys = buf.keys()
-    starts = {k: (first // _unit(store, k)) * _unit(store, k) for k in keys}
+    lossy = lossy_keys(store, keys)
+    # a lossy key from its first changed chunk (a partial shard write keeps the others' bytes), the
+    # others from their first changed stored object
+    grid = {k: _chunk_len(store, k) if k in lossy else _unit(store, k) for k in keys}
+    starts = {k: (first // grid[k]) * grid[k] for k in keys}
     meta_names = [EPISODE_ENDS] + episode_meta_arrays(store, old_ends.size)
-    # 1. back up
+    # 1. back up (lossy frame keys losslessly: their kept frames are encoded once more, not twice)
     _delete_backups(store)  # an unfinished earlier backup (never journaled)
+    old_hist = {k: np.zeros((int(store.shape("data", k)[-1]), 256), np.int64) for k in lossy}
     for k in keys:
-        _copy_rows(store, "data", k, starts[k], old_n, UNDO_PREFIX + k)
+        _copy_rows(store, "data", k, starts[k], old_n, UNDO_PREFIX + k, lossless=k in lossy, hist=old_hist.get(k))
     for m in meta_names:
         _copy_rows(store, "meta", m, 0, int(store.shape("meta", m)[0]), UNDO_PREFIX + m)
     buf._persist()
     # 2. journal
     store.set_attrs("meta", {EDIT_JOURNAL: {"kind": kind, "n_steps": old_n, "n_episodes": int(old_ends.size),
-                                            "starts": starts, "meta": meta_names}})
+                                            "starts": starts, "meta": meta_names, "lossy": lossy}})
     buf._persist()
-    # 3. rewrite from the backups
+    # 3. rewrite from the backups: shrink first (a shrink overwrites the tail of the new last chunk; the
+    # write below then encodes that chunk once, from the backup), then the new rows
+    report = {}
     for k in keys:
         s0 = starts[k]
-        shape = tuple(store.shape("data", k))
-        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * max(1, np.dtype(store.dtype("data", k)).itemsize)
-        step = block_rows(row_bytes, _unit(store, k), None)
-        # new rows [s0, new_n) come from old rows: before `first` unchanged, then the kept ranges
-        pieces = [(s0, first)] + [(a, b) for a, b in ranges if b > first and a >= first]
-        src = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in pieces]) if pieces else np.zeros(0, np.int64)
-        for r in range(0, src.size, step):
-            store.write("data", k, s0 + r, _gather(store, UNDO_PREFIX + k, src[r: r + step] - s0))
         store.resize("data", k, new_n)
+        # new rows [s0, new_n) come from old rows: before `first` unchanged, then the kept ranges
+        src = _sources(s0, first, ranges)
+        for a, b in _spans(s0, new_n, _unit(store, k), _step(store, k)):
+            store.write("data", k, a, _gather(store, UNDO_PREFIX + k, src[a - s0: b - s0] - s0))
+        if k in lossy:
+            report[k] = _read_back(store, k, s0, new_n, src, old_hist[k])
     store.resize("meta", EPISODE_ENDS, new_ends.size)
     if new_ends.size:
         store.write("meta", EPISODE_ENDS, 0, new_ends)
@@ -178,6 +250,35 @@ def rewrite(buf: Any, ranges: list[tuple[int, int]], kept: np.ndarray, kind: str
     buf._persist()
     _delete_backups(store)
     buf._persist()
+    return report
+
+
+def _sources(s0: int, first: int, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """int64: the old row of each new row from ``s0`` on (rows before ``first`` stay, then the kept
+    ranges moved down)."""
+    pieces = [(s0, first)] + [(a, b) for a, b in ranges if b > first and a >= first]
+    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in pieces]) if pieces else np.zeros(0, np.int64)
+
+
+def _step(store: StorageBackend, key: str) -> int:
+    """Rows per rewrite block of ``data/key``: whole stored objects, about 32 MB."""
+    shape = tuple(store.shape("data", key))
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * max(1, np.dtype(store.dtype("data", key)).itemsize)
+    return block_rows(row_bytes, _unit(store, key), None)
+
+
+def _read_back(store: StorageBackend, key: str, s0: int, new_n: int, src: np.ndarray,
+               old_hist: np.ndarray) -> ReencodedFrames:
+    """Read the rewritten rows ``[s0, new_n)`` of the lossy frame key ``data/key`` back and compare
+    each with its pre-edit pixels in the (lossless) backup: the re-encoded frames, their worst PSNR
+    and the histograms of the rows before and after."""
+    new_hist = np.zeros_like(old_hist)
+    worst = float("nan") if new_n == s0 else float("inf")
+    for a, b in _spans(s0, new_n, _unit(store, key), _step(store, key)):
+        after = np.asarray(store.read("data", key, a, b))
+        channel_histograms(after, new_hist)
+        worst = min(worst, worst_psnr(_gather(store, UNDO_PREFIX + key, src[a - s0: b - s0] - s0), after))
+    return ReencodedFrames(key, s0, new_n - s0, worst, old_hist, new_hist)
 
 
 def _clear_journal(store: StorageBackend) -> None:
@@ -205,8 +306,14 @@ def pending(store: StorageBackend) -> dict | None:
 def rollback(store: StorageBackend, apply: bool) -> list[str]:
     """Undo an interrupted edit (see the module docstring): returns what was done, one line each.
 
+    Lossy frame keys the edit journaled (``"lossy"``) get their backed-up pixels back through their
+    codec (one more lossy generation from the key's rewrite start on) and their stored statistics are
+    forgotten (recomputed on the next ``get_stats``): the line says so.
+
     Raises:
-        InterruptedEditError: a journal on a read-only store (``apply`` False).
+        EditInProgressError: a journal on a read-only store while a live process holds the store's
+            writer lock: the edit is running, not interrupted (``apply`` False).
+        InterruptedEditError: a journal on a read-only store otherwise (``apply`` False).
         CorruptStoreError: a journal whose backups are missing (damage: nothing is changed).
     """
     journal = pending(store)
@@ -217,10 +324,13 @@ def rollback(store: StorageBackend, apply: bool) -> list[str]:
         return [f"{g}: leftover backup of an edit (never begun or already committed), deleted" for g in gone]
     kind = journal.get("kind", "edit")
     if not apply:
+        _refuse_running_edit(store, kind)
         raise InterruptedEditError(
-            f"the store holds an interrupted {kind} (meta attribute {EDIT_JOURNAL!r}): open it writable, "
-            "or run `replaybuf verify --repair PATH`, to roll it back; nothing was read or changed")
+            f"the store holds an interrupted {kind} (meta attribute {EDIT_JOURNAL!r}; no process holds its writer "
+            "lock): open it writable, or run `replaybuf verify --repair PATH`, to roll it back; nothing was read "
+            "or changed")
     starts, meta_names = dict(journal["starts"]), list(journal["meta"])
+    lossy = [k for k in journal.get("lossy", []) if k in starts]
     old_n, old_e = int(journal["n_steps"]), int(journal["n_episodes"])
     missing = [f"data/{UNDO_PREFIX}{k}" for k in starts if not store.has_array("data", UNDO_PREFIX + k)]
     missing += [f"meta/{UNDO_PREFIX}{m}" for m in meta_names if not store.has_array("meta", UNDO_PREFIX + m)]
@@ -230,11 +340,8 @@ def rollback(store: StorageBackend, apply: bool) -> list[str]:
     for k, s0 in starts.items():
         n_undo = int(store.shape("data", UNDO_PREFIX + k)[0])
         store.resize("data", k, max(int(store.shape("data", k)[0]), old_n))
-        shape = tuple(store.shape("data", k))
-        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * max(1, np.dtype(store.dtype("data", k)).itemsize)
-        step = block_rows(row_bytes, _unit(store, k), None)
-        for r in range(0, n_undo, step):
-            store.write("data", k, int(s0) + r, store.read("data", UNDO_PREFIX + k, r, min(n_undo, r + step)))
+        for a, b in _spans(int(s0), int(s0) + n_undo, _unit(store, k), _step(store, k)):
+            store.write("data", k, a, store.read("data", UNDO_PREFIX + k, a - int(s0), b - int(s0)))
         store.resize("data", k, old_n)
     for m in meta_names:
         n_m = int(store.shape("meta", UNDO_PREFIX + m)[0])
@@ -249,5 +356,34 @@ def rollback(store: StorageBackend, apply: bool) -> list[str]:
     _clear_journal(store)
     store.flush()
     _delete_backups(store)
+    forget_lossy_stats(store, lossy)
     store.flush()
-    return [f"an interrupted {kind} was rolled back ({len(starts)} data keys, {len(meta_names)} meta arrays restored)"]
+    done = [f"an interrupted {kind} was rolled back ({len(starts)} data keys, {len(meta_names)} meta arrays restored)"]
+    done += [f"data/{k}: rows from {starts[k]} on were written back through its lossy codec (one more encode of "
+             "those frames); its stored statistics are recomputed on the next get_stats" for k in lossy]
+    return done
+
+
+def forget_lossy_stats(store: StorageBackend, keys: list[str]) -> None:
+    """Forget the stored statistics of ``keys`` (lossy frame keys a roll-back wrote back: their pixels
+    are no longer the ones the statistics counted): their entries leave the ``meta`` attribute
+    :data:`STATS_RECORD` (:mod:`replaybuf_core.store.stored_stats`), so they are recomputed on the next
+    ``get_stats``; the arrays stay, unused."""
+    rec = store.get_attrs("meta").get(STATS_RECORD)
+    entries = rec.get("keys") if isinstance(rec, dict) else None
+    if isinstance(entries, dict) and any(k in entries for k in keys):
+        store.set_attrs("meta", {STATS_RECORD: {**rec, "keys": {k: v for k, v in entries.items() if k not in keys}}})
+
+
+def _refuse_running_edit(store: StorageBackend, kind: str) -> None:
+    """Raise :class:`EditInProgressError` when a live process holds the writer lock of ``store``, which
+    holds an edit journal: that edit is running (a read-only open would see rows while they move)."""
+    from replaybuf_core import locking
+
+    where = locking.lock_dir_of(store)
+    holder = locking.live_holder(where) if where is not None else None
+    if holder is not None:
+        raise EditInProgressError(
+            f"{where} is being edited ({kind}) by process {holder}, which holds its writer lock "
+            f"({where / locking.LOCK_NAME}): its rows are moving; open it again once the edit has finished "
+            "(nothing was read or changed)")

@@ -8,6 +8,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from replaybuf_core import registry
 from replaybuf_core.errors import CapabilityError
 from replaybuf_core.layout.chunks import check_chunks_compatible
@@ -54,6 +56,7 @@ class ChunkCodecEditing:
         for key, ck in chunks.items():
             if tuple(ck) != tuple(self._store.chunks("data", key)):
                 rechunk_array(self._store, "data", key, chunks=tuple(int(c) for c in ck), client=client)
+                self._after_rewrite(key)
 
     def get_compressors(self) -> dict[str, Any]:
         """key → codec (compressor, or the serializer such as WebP for image arrays; None if none)."""
@@ -77,6 +80,7 @@ class ChunkCodecEditing:
         for key, codec in resolved.items():
             if not _same_codec(self._store, key, codec):
                 rechunk_array(self._store, "data", key, codec=codec, client=client)
+                self._after_rewrite(key)
 
     def frame_codecs(self, frames: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """``({key: FrameChoice}, {key: this backend's codec})`` for the camera keys ``frames`` names
@@ -129,6 +133,19 @@ class ChunkCodecEditing:
             if shards is not None:
                 shards = frame_shard_shape(chunks, int(shards[0]))
             rechunk_array(self._store, "data", key, chunks=chunks, codec=codec, shards=shards, client=client)
+            self._after_rewrite(key)
+
+    def _after_rewrite(self, key: str) -> None:
+        """``data/key`` was rewritten (rechunked, recompressed, converted): when its codec is now
+        lossy, the rewrite re-encoded its pixels, so its stored statistics are recomputed from the
+        rows written (:func:`~replaybuf_core.store.stored_stats.rehistogram`; lossless rewrites keep
+        the values and the statistics)."""
+        from .lossy_frames import lossy_keys
+        from .stored_stats import rehistogram
+
+        if lossy_keys(self._store, [key]):
+            rehistogram(self._store, [key], np.asarray(self.episode_ends[: self.n_episodes], dtype=np.int64))
+            self._persist()
 
 
 def _same_codec(store: StorageBackend, key: str, codec: Any) -> bool:

@@ -67,8 +67,12 @@ class StepArray:
     def dtype(self) -> np.dtype:
         """The dtype reads return: the source's for a key an import converted (``stored_dtype``: as
         stored), see :mod:`replaybuf_core.store.buffer_dtypes`."""
-        if self._dtype is None:
-            self._dtype = self._rb.dtype_of(self._key, self._dtypes)
+        if self._dtype is None:  # per-item code asks every item: looked up once per native array
+            native = self.native
+            held = self._rb._read_dtypes.get((self._key, self._dtypes))
+            if held is None or held[0] is not native:
+                held = self._rb._read_dtypes[self._key, self._dtypes] = (native, self._rb.dtype_of(self._key, self._dtypes))
+            self._dtype = held[1]
         return self._dtype
 
     @property

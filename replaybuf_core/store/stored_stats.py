@@ -43,10 +43,11 @@ from replaybuf_core.stats.summaries import FRAMES, KeySummary, stats_keys, store
 
 from .commit import read_generation
 from .editing import STATS_PREFIX as PREFIX
+from .editing import STATS_RECORD as RECORD
+from .lossy_frames import frame_histogram
 
-__all__ = ["RECORD", "PREFIX", "VERSION", "stats_of", "EditPlan", "check_stored_stats"]
+__all__ = ["RECORD", "PREFIX", "VERSION", "stats_of", "EditPlan", "check_stored_stats", "rehistogram"]
 
-RECORD = "replaybuf_stats"
 VERSION = 1
 #: when an edit deletes more steps than this fraction, the kept steps are summarised afresh instead
 REBUILD_FRACTION = 0.5
@@ -205,19 +206,30 @@ class EditPlan:
     """What an edit does to the stored statistics, prepared before the edit (while the old episodes
     can still be read) and applied after it committed.
 
+    Frame keys with a lossy codec (:mod:`replaybuf_core.store.lossy_frames`) are not summarised here:
+    the edit re-encodes their rows from its start on, so their histogram follows the rows the edit
+    rewrote — minus the old rows' counts, plus the rewritten rows' counts read back — which
+    :func:`~replaybuf_core.store.editing.rewrite` measures while it backs up and reads back (nothing
+    more is read).
+
     Args:
         buffer: the writable buffer being edited.
         deleted: sorted old indices of the episodes the edit deletes.
         trimmed: old index -> (start, stop) of each trimmed episode.
+        lossy: the data keys with a lossy frame codec.
     """
 
-    def __init__(self, buffer: Any, deleted: np.ndarray, trimmed: dict[int, tuple[int, int]]):
+    def __init__(self, buffer: Any, deleted: np.ndarray, trimmed: dict[int, tuple[int, int]],
+                 lossy: Sequence[str] = ()):
         self.buffer, self.deleted, self.trimmed = buffer, np.asarray(deleted, dtype=np.int64), dict(trimmed)
         ends = np.asarray(buffer.episode_ends[: buffer.n_episodes], dtype=np.int64)
         lengths = np.diff(np.r_[0, ends])
         rec = _record(buffer.store)
         self.summaries: dict[str, KeySummary] = {}
         self.removed: dict[str, KeySummary] = {}
+        self.lossy: list[str] = []
+        #: what the rewrite re-encoded, per lossy frame key (set by the caller before :meth:`apply`)
+        self.rewritten: dict[str, Any] = {}
         if not self.deleted.size and not self.trimmed:
             return  # the edit changes nothing
         for key in rec["keys"]:
@@ -234,16 +246,18 @@ class EditPlan:
                 del rec["keys"][key]
             buffer.store.set_attrs("meta", {RECORD: rec})
             buffer._persist()
+        self.lossy = [k for k in self.summaries if k in set(lossy) and self.summaries[k].kind == FRAMES]
+        others = [k for k in self.summaries if k not in self.lossy]
         gone = int(lengths[self.deleted].sum()) if self.deleted.size else 0
         self.rebuild = gone > REBUILD_FRACTION * max(int(ends[-1]) if ends.size else 0, 1)
-        if not self.summaries or self.rebuild:
+        if not others or self.rebuild:
             return
         parts: list[dict[str, KeySummary]] = []
         for run in np.split(self.deleted, np.flatnonzero(np.diff(self.deleted) != 1) + 1) if self.deleted.size else []:
-            parts.append(summarize(buffer, list(self.summaries), int(run[0]), int(run[-1]) + 1))
+            parts.append(summarize(buffer, others, int(run[0]), int(run[-1]) + 1))
         for i in self.trimmed:  # the whole old episode goes; its kept steps come back after the edit
-            parts.append(summarize(buffer, list(self.summaries), i, i + 1))
-        for key in self.summaries:
+            parts.append(summarize(buffer, others, i, i + 1))
+        for key in others:
             total = None
             for p in parts:
                 if total is None:
@@ -253,17 +267,26 @@ class EditPlan:
             self.removed[key] = total
 
     def apply(self) -> None:
-        """Bring the stored statistics to the edited store (call after the edit committed)."""
+        """Bring the stored statistics to the edited store (call after the edit committed, having set
+        :attr:`rewritten` to what the edit's rewrite returned: per lossy frame key, the histograms
+        ``old_hist`` / ``new_hist`` of the rows it rewrote, before and after)."""
         if not self.summaries:
             return
         buffer = self.buffer
         ends = np.asarray(buffer.episode_ends[: buffer.n_episodes], dtype=np.int64)
+        lossy = {}
+        for key in self.lossy:
+            s, r = self.summaries.pop(key), self.rewritten.get(key)
+            if r is not None:  # (None: the edit changed nothing)
+                s.hist = s.hist - r.old_hist + r.new_hist
+                s.lengths = np.diff(np.r_[0, ends]).astype(np.int64)
+            lossy[key] = s
         keys = list(self.summaries)
         if self.rebuild:
-            _save(buffer, summarize(buffer, keys, 0, int(ends.size)), ends, {})
+            _save(buffer, {**summarize(buffer, keys, 0, int(ends.size)), **lossy}, ends, {})
             return
         new_index = {i: i - int(np.searchsorted(self.deleted, i)) for i in self.trimmed}
-        replaced = {i: summarize(buffer, keys, j, j + 1) for i, j in new_index.items()}
+        replaced = {i: summarize(buffer, keys, j, j + 1) for i, j in new_index.items()} if keys else {}
         for key, s in self.summaries.items():
             removed = self.removed[key]
             for i in self.trimmed:  # subtract the whole old episode, add back its kept steps
@@ -273,7 +296,7 @@ class EditPlan:
                 else:
                     removed.sketch.subtract(piece.sketch)
             s.remove(self.deleted, removed, {i: replaced[i][key] for i in self.trimmed})
-        _save(buffer, self.summaries, ends, {})
+        _save(buffer, {**self.summaries, **lossy}, ends, {})
 
 
 def forget_stats(buffer: Any, key: str) -> None:
@@ -288,6 +311,42 @@ def forget_stats(buffer: Any, key: str) -> None:
         buffer.store.set_attrs("meta", {RECORD: rec})
         buffer._persist()
     drop_imported_stats(buffer.store, f"rows of {key!r} were overwritten")
+
+
+def rehistogram(store: Any, keys: Sequence[str], ends: np.ndarray) -> list[str]:
+    """Recompute, from the rows ``store`` (a writable StorageBackend) now holds, the stored histograms
+    of the frame keys among ``keys`` that have a stored entry; returns those keys.
+
+    For a copy or conversion that wrote ``keys`` through a lossy codec
+    (:mod:`replaybuf_core.store.lossy_frames`): their pixels changed, so the statistics carried over
+    would disagree with them (``replaybuf verify``).  Recomputing costs one decode of each such key
+    (less than the encode that wrote it) and keeps the statistics at hand; an entry's coverage
+    (episodes, generation, ``ends_sha256``) stays, only its histogram and digest change.  Entries of
+    another kind, or covering more episodes than ``ends`` (int64 (n_episodes,)) holds, are dropped
+    (recomputed on the next ``get_stats``).  The caller persists."""
+    rec = _record(store)
+    done, dropped = [], False
+    for key in keys:
+        entry = rec["keys"].get(key)
+        if entry is None:
+            continue
+        e = entry.get("n_episodes") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or entry.get("kind") != FRAMES or not isinstance(e, int) \
+                or not 0 <= e <= len(ends):
+            del rec["keys"][key]
+            dropped = True
+            continue
+        name = f"{PREFIX}{key}.hist"
+        hist = frame_histogram(store, key, 0, int(ends[e - 1]) if e else 0)  # (one decode of the key)
+        if store.has_array("meta", name):
+            store.delete_array("meta", name)
+        store.create_array("meta", name, shape=hist.shape, dtype=hist.dtype)
+        store.write("meta", name, 0, hist)
+        entry.update({"rows": {"hist": int(hist.shape[0])}, "sha256": _digest({name: hist})})
+        done.append(key)
+    if done or dropped:
+        store.set_attrs("meta", {RECORD: rec})
+    return done
 
 
 def check_stored_stats(buffer: Any) -> list[tuple[str, str, str]]:

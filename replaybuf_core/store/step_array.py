@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .buffer_dtypes import check_dtypes
+
 if TYPE_CHECKING:
     from .buffer import ReplayBuffer
 
@@ -46,11 +48,9 @@ class StepArray:
     __slots__ = ("_rb", "_key", "_dtypes", "_dtype")
 
     def __init__(self, buffer: ReplayBuffer, key: str, dtypes: str = "source"):
-        from .buffer_dtypes import check_dtypes
-
         self._rb = buffer
         self._key = key
-        self._dtypes = check_dtypes(dtypes)
+        self._dtypes = dtypes if dtypes == "source" else check_dtypes(dtypes)
         self._dtype: np.dtype | None = None  # a key's dtype never changes: looked up once
 
     # -- what the array is ----------------------------------------------------------------------
@@ -108,12 +108,15 @@ class StepArray:
         return pinned("data", self._key) if pinned is not None else None
 
     def __getitem__(self, index: Any) -> Any:
-        memory = self._pinned()
+        pinned = getattr(self._rb._store, "pinned", None)
+        memory = pinned("data", self._key) if pinned is not None else None
         if memory is None and _auto_pin(self._rb, self._key):
             memory = self._pinned()
         if memory is not None:
             if self._dtypes == "source":
-                memory = _source_copy(self._rb, self._key, memory)
+                ready = _source_copy(self._rb, self._key, memory)
+                if ready is not None:  # already in the dtype reads give
+                    return ready[index]
             return self._rb._as_read(self._key, memory[index], self._dtypes)
         self._rb._source_copies.pop(self._key, None)  # the key's in-memory copy was dropped (a write)
         return self._rb._as_read(self._key, self._read(index), self._dtypes)
@@ -219,24 +222,24 @@ def _auto_pin(rb: Any, key: str) -> bool:
 SOURCE_COPY_BYTES = 4 << 30
 
 
-def _source_copy(rb: Any, key: str, memory: np.ndarray) -> np.ndarray:
+def _source_copy(rb: Any, key: str, memory: np.ndarray) -> np.ndarray | None:
     """The in-memory copy ``memory`` of key ``key`` (stored dtype) in the key's source dtype, for
     ``rb[key]`` reads: a key an import stored in a smaller dtype (Push-T's float32 frames as uint8)
     would otherwise be cast on every slice — per item in diffusion_policy's sampler, ~10 % of an
     item's time.  Built once, at the first ``rb[key]`` read after ``warm``, read-only, and held
     beside the stored-dtype copy (which the samplers read) — the memory diffusion_policy's own
     ``copy_from_path`` buffer holds; at most :data:`SOURCE_COPY_BYTES` a buffer (beyond that slices
-    are cast as before).  ``memory`` itself when the dtypes agree."""
-    dt = rb.source_dtypes.get(key)
-    if dt is None or memory.dtype == dt:
-        return memory
+    are cast as before: None).  ``memory`` itself when the dtypes agree."""
     held = rb._source_copies.get(key)
     if held is not None and held[0]() is memory:
         return held[1]
+    dt = rb.source_dtypes.get(key)
+    if dt is None or memory.dtype == dt:
+        return memory
     nbytes = memory.size * np.dtype(dt).itemsize
     others = sum(c.nbytes for k, (_, c) in rb._source_copies.items() if k != key)
     if others + nbytes > SOURCE_COPY_BYTES:
-        return memory
+        return None
     import weakref
 
     with rb._mutex:

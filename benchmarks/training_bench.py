@@ -316,18 +316,15 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
     table.ratio("training", "DataLoader 0 workers / sample_batch (speed)", r0, ">= 0.9", r0 >= 0.9)
     r2 = med("DataLoader, 2 workers", "rate") / med("DataLoader, 0 workers (WindowDataset + collate)", "rate")
     table.ratio("training", "DataLoader 2 workers / 0 workers", r2, ">= 1.0", r2 >= 1.0)
-    d0 = med("torch defaults: SequenceDataset + default_collate, 0 workers", "rate")
-    rd = d0 / med("SequenceSampler.sample_batch alone (16-slot windows)", "rate")
-    table.ratio("training", "torch defaults, SequenceDataset 0 workers / its sample_batch (speed)", rd, ">= 0.8",
-                rd >= 0.8)
-    rd2 = med("torch defaults, 2 workers", "rate") / d0
-    table.ratio("training", "torch defaults, SequenceDataset 2 workers / 0 workers", rd2, ">= 0.9", rd2 >= 0.9)
-    w0 = med("torch defaults: WindowDataset + default_collate, 0 workers", "rate")
-    rw = w0 / med("sample_batch alone", "rate")
-    table.ratio("training", "torch defaults, WindowDataset 0 workers / its sample_batch (speed)", rw, ">= 0.8",
-                rw >= 0.8)
-    rw2 = med("torch defaults: WindowDataset, 2 workers", "rate") / w0
-    table.ratio("training", "torch defaults, WindowDataset 2 workers / 0 workers", rw2, ">= 0.9", rw2 >= 0.9)
+    for name, zero, two, ceiling in (
+            ("SequenceDataset", "torch defaults: SequenceDataset + default_collate, 0 workers",
+             "torch defaults, 2 workers", "SequenceSampler.sample_batch alone (16-slot windows)"),
+            ("WindowDataset", "torch defaults: WindowDataset + default_collate, 0 workers",
+             "torch defaults: WindowDataset, 2 workers", "sample_batch alone")):
+        r = med(zero, "rate") / med(ceiling, "rate")
+        table.ratio("training", f"torch defaults, {name} 0 workers / its sample_batch (speed)", r, ">= 0.8", r >= 0.8)
+        r = med(two, "rate") / med(zero, "rate")
+        table.ratio("training", f"torch defaults, {name} 2 workers / 0 workers", r, ">= 0.9", r >= 0.9)
     rv = med("DataLoader, 0 workers (WindowDataset + collate)", "rate") / video[codecs[-1]]["rate"]
     table.ratio("training", f"DataLoader 0 workers / video reference ({codecs[-1]})", rv, "> 1", rv > 1)
     index_rows(table, smoke)

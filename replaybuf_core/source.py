@@ -75,7 +75,8 @@ class Source:
 
     and implement :meth:`read_episode`.  :meth:`iter_parts` may be overridden to stream long
     episodes in pieces (video decoding); :meth:`meta_arrays`, :meth:`episode_attrs`,
-    :meth:`source_bytes` and :meth:`close` have defaults.
+    :meth:`source_bytes`, :meth:`frame_choices`, :meth:`decline_frame_choice` and :meth:`close` have
+    defaults.
     """
 
     format_name: ClassVar[str] = "?"
@@ -174,6 +175,13 @@ class Source:
         with the cameras the source stores its own way replaced (LeRobot's pass-through: a ``FrameChoice``
         with ``passthrough=True``).  Default: ``choices`` unchanged."""
         return choices
+
+    def decline_frame_choice(self, key: str, reason: str) -> None:
+        """The import could not keep camera ``key`` the source's own way (:meth:`frame_choices`; e.g. a
+        pass-through whose stored packets did not decode to the source's frames, ``reason`` saying how):
+        it starts again with ``key`` stored by the ``frames=`` codec, and the source reads it for that.
+        Default: ``frame_handling[key]`` says so."""
+        self.frame_handling[key] = f"re-encoded with the frames= codec: {reason}"
 
     def frame_bytes(self, key: str) -> float | None:
         """Bytes one frame of camera ``key`` takes in the source (e.g. its video files' bytes over their

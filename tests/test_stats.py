@@ -107,3 +107,17 @@ def test_frames_are_exact_per_channel_and_the_command_prints_them(tmp_path, caps
     assert list(got) == ["img"] and got["img"]["q50"] == d["q50"].tolist()
     with pytest.raises(KeyError, match="no data key 'nope'"):
         ReplayBuffer.create_from_path(tmp_path / "f.zarr").get_stats(["nope"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 37), channels=st.integers(1, 4), smooth=st.booleans(), seed=st.integers(0, 2**16))
+def test_channel_histograms_count_every_value_of_every_channel(n, channels, smooth, seed):
+    from replaybuf_core.stats.kernels import channel_histograms
+
+    rng = np.random.default_rng(seed)
+    frames = (np.repeat(rng.integers(0, 256, (n, 1, 1, channels)), 5, axis=1) if smooth
+              else rng.integers(0, 256, (n, 5, channels))).astype(np.uint8)  # runs of equal values, or noise
+    hist = np.full((channels, 256), 7, np.int64)  # counts are added to what is there
+    channel_histograms(frames, hist)
+    want = 7 + np.stack([np.bincount(frames[..., c].ravel(), minlength=256) for c in range(channels)])
+    np.testing.assert_array_equal(hist, want)

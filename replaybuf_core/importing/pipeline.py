@@ -45,7 +45,7 @@ from replaybuf_core.store.buffer import ReplayBuffer
 from replaybuf_core.store.interrupts import deferred_sigint
 
 from .arguments import check_destination, check_settings, parse_episodes
-from .check import Checker, psnr_db, same_bits
+from .check import Checker, PassThroughMismatch, psnr_db, same_bits
 from .destination import building
 from .distributed import NotLossless, stream_on_cluster
 from .plan import KeyPlan, native, plan_key
@@ -217,7 +217,7 @@ def import_source(
                              f"and text only); leave it out with skip_keys=[{k!r}] (CLI: --skip-key {k})")
     if not keys:
         raise ValueError(f"nothing to import: every key of {src_path} is skipped")
-    choices = _frame_choices(source, keys, frames)
+    asked, choices = _frame_choices(source, keys, frames)
     passed = [k for k, c in choices.items() if c.passthrough]
     if passed and client is not None:
         raise ValueError(f"video passthrough ({', '.join(passed)}) runs in one process, not on a Dask cluster: "
@@ -273,6 +273,14 @@ def import_source(
                                                           source, src_path, skip, empty, chosen, settings,
                                                           unavailable), options)
                 break
+            except PassThroughMismatch as exc:  # that camera re-encoded from the start: nothing of it kept
+                msg = f"{exc}: the source's packets did not decode to its frames; restarting with {exc.key!r} re-encoded"
+                logger.warning("%s", msg)
+                restarts.append(msg)
+                choices.pop(exc.key)
+                if asked.get(exc.key) is not None:
+                    choices[exc.key] = asked[exc.key]
+                source.decline_frame_choice(exc.key, f"the pass-through check failed ({exc})")
             except (_NotLossless, NotLossless) as exc:
                 dtype = source.keys[exc.key].dtype
                 msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
@@ -308,12 +316,14 @@ def import_source(
     return report
 
 
-def _frame_choices(source: Source, keys: list[str], frames: Any) -> dict[str, FrameChoice]:
+def _frame_choices(source: Source, keys: list[str], frames: Any) -> tuple[dict[str, FrameChoice], dict[str, FrameChoice]]:
     """key → FrameChoice for every key of ``keys`` the source gives as camera frames (checked: JPEG on
-    RGBA is refused before anything is written)."""
+    RGBA is refused before anything is written): ``(asked, chosen)``, what ``frames`` asks for and what
+    the source makes of it (``Source.frame_choices``: pass-through cameras)."""
     cameras = {k: ((0,) + source.keys[k].shape, np.uint8) for k in keys
                if source.keys[k].kind == "frames" and is_frame_shape((0,) + source.keys[k].shape)}
-    return source.frame_choices(choose_frames(frames, cameras))
+    asked = choose_frames(frames, cameras)
+    return asked, source.frame_choices(dict(asked))
 
 
 def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int], chosen: list[int],
@@ -392,14 +402,14 @@ def _stream(source: Source, rb: ReplayBuffer, plans: dict[str, KeyPlan], keys: l
                                  f"{row - start} steps; its metadata says {int(lengths[src_index])}")
             yield ep, (start, row), None
 
-    checker = Checker(rb.store, plans)
+    checker = Checker(rb.store, plans, passthrough=[k for k, c in settings["frames"].items() if c.passthrough])
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n_steps, unit="step", desc=f"importing {Path(source.path).name}")
     try:
-        with rb.writer(commit_interval=IMPORT_COMMIT_INTERVAL) as w:
+        with checker.mismatch_first(), rb.writer(commit_interval=IMPORT_COMMIT_INTERVAL) as w:
             for ep, row, part in prefetch(parts(), depth=2):
                 if part is None:
                     w.end_episode()
@@ -412,9 +422,11 @@ def _stream(source: Source, rb: ReplayBuffer, plans: dict[str, KeyPlan], keys: l
                         bar.update(len(next(iter(part.values()))))
                 checker.check(w.stored_rows())
         checker.check(dict.fromkeys(keys, n_steps))  # the rows the final flush stored
+        checker.wait()
         checker.finish_lossy()
         checker.check_whole(n_steps, bounds)
     finally:
+        checker.close()
         if bar is not None:
             bar.close()
     return plans, checker, bounds

@@ -22,7 +22,8 @@ import numpy as np
 class Camera:
     """One camera: ``height`` × ``width``; ``codec`` (PyAV encoder name: libx264, mpeg4, libsvtav1...),
     ``bframes`` (libx264: B-frames), ``gop`` (keyframe interval); ``depth``: 12-bit gray (ffv1);
-    ``pix_fmt`` of a colour camera (``yuv420p10le``: 10-bit video)."""
+    ``pix_fmt`` of a colour camera (``yuv420p10le``: 10-bit video); ``options``: more encoder options
+    (e.g. libsvtav1's ``{"svtav1-params": "irefresh-type=1"}``: open GOPs)."""
 
     height: int
     width: int
@@ -31,6 +32,7 @@ class Camera:
     gop: int = 10
     depth: bool = False
     pix_fmt: str = "yuv420p"
+    options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,7 +80,7 @@ def _encode(path: Path, frames: list[np.ndarray], fps: int, cam: Camera) -> None
                 s.options = {"x264-params": f"keyint={cam.gop}:min-keyint={cam.gop}:bframes={cam.bframes}",
                              "preset": "ultrafast" if not cam.bframes else "fast"}
             else:
-                s.options = {"g": str(cam.gop)}
+                s.options = {"g": str(cam.gop), **cam.options}
         s.width, s.height = cam.width, cam.height
         for i, a in enumerate(frames):
             f = av.VideoFrame.from_ndarray(a, format="gray12le" if cam.depth else "rgb24")

@@ -21,6 +21,29 @@ def _pa():
     return pa, pc
 
 
+def arrow_numpy(arr) -> np.ndarray:
+    """An arrow ``Array`` or ``ChunkedArray`` as a 1-D NumPy array (read-only when it is a view).
+
+    Integers and floats without nulls are viewed from their data buffer, booleans unpacked from
+    their bits: pyarrow's ``to_numpy`` goes through its pandas conversion layer, whose first use
+    imports pandas (~0.4 s of an import's start).  Anything else goes through ``to_numpy``."""
+    pa, _ = _pa()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks != 1 else arr.chunk(0)
+    t, n = arr.type, len(arr)
+    if arr.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        dtype = np.dtype(t.to_pandas_dtype())
+        if n == 0:
+            return np.empty(0, dtype)
+        return np.frombuffer(arr.buffers()[1], dtype=dtype, count=n, offset=arr.offset * dtype.itemsize)
+    if arr.null_count == 0 and pa.types.is_boolean(t):
+        if n == 0:
+            return np.empty(0, bool)
+        bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+        return np.unpackbits(bits, bitorder="little")[arr.offset:arr.offset + n].astype(bool)
+    return arr.to_numpy(zero_copy_only=False)
+
+
 def arrow_step(type_, feature_shape) -> tuple[np.dtype, tuple[int, ...], bool]:
     """``(dtype, step shape, is_image)`` of a column of arrow type ``type_`` (the step shape of
     variable-length lists comes from the feature's declared ``shape``).
@@ -65,13 +88,13 @@ def column_array(col, name: str, where: str) -> np.ndarray:
     arr = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
     n = len(arr)
     if arr.null_count:
-        row = int(np.flatnonzero(np.asarray(arr.is_null()))[0])
+        row = int(np.flatnonzero(arrow_numpy(arr.is_null()))[0])
         raise ValueError(f"{where}: column {name!r} is null at row {row}")
     shape: list[int] = []
     values = arr
     while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
             pa.types.is_fixed_size_list(values.type):
-        lengths = np.asarray(pc.list_value_length(values))
+        lengths = arrow_numpy(pc.list_value_length(values))
         if len(lengths) and (lengths != lengths[0]).any():
             row = int(np.flatnonzero(lengths != lengths[0])[0])
             raise ValueError(f"{where}: column {name!r} holds lists of different lengths ({int(lengths[0])} "
@@ -89,7 +112,7 @@ def column_array(col, name: str, where: str) -> np.ndarray:
         out = np.empty(len(values), dtype=object)
         out[:] = values.to_pylist()
     else:
-        out = values.to_numpy(zero_copy_only=False)
+        out = arrow_numpy(values)
     return out.reshape((n, *shape)) if shape else out.reshape(n)
 
 

@@ -18,10 +18,17 @@ A camera goes through when every mp4 file of it (:func:`probe`, a demux: no deco
 * has keyframes at most :data:`MAX_GOP` frames apart — the limit: a chunk holds whole GOPs, so a read
   of one frame decodes up to that many, and a chunk boundary inside a GOP stores that GOP's packets up
   to it twice; 32 frames is ~1 s at LeRobot's 30 fps, ~60 ms of AV1 decoding at 640×480 — and each
-  H.264 keyframe is an IDR picture (an I-frame that is not IDR lets later frames refer past it).
-  AV1 keyframes are taken as the mp4 marks them (sync samples: key frames); a stream whose chunks
-  would still not decode on their own fails the import's bit-for-bit check, which names the key and
-  episode — a failed import, never wrong frames kept.
+  packet the mp4 marks as a keyframe is a real random-access point (:mod:`.keyframes`, from the
+  bitstream's headers): an H.264 IDR picture, an AV1 shown ``KEY_FRAME`` (not an ``INTRA_ONLY`` frame,
+  a hidden forward key frame or the ``show_existing_frame`` showing one: open GOPs).  FFmpeg marks AV1
+  keyframes itself (its parser: a temporal unit showing a key frame), so an open GOP's entry points —
+  libsvtav1's ``irefresh-type=1`` intra-only frames, libaom's forward key frames — are not marked and
+  its GOPs run from key frame to key frame; when that is longer than :data:`MAX_GOP`, the report
+  names the open GOP.
+
+A camera whose stored chunks still do not decode to the source's frames fails the import's
+bit-for-bit check; the import then starts again with that camera re-encoded, and the report says
+why (:meth:`LeRobotSource.decline_frame_choice`) — never wrong frames kept, never a failed import.
 
 Chunks hold :func:`chunk_frames` frames: a whole number of the longest source GOP, at least
 :data:`MIN_CHUNK_FRAMES` (LeRobot's g=2 → 8, the video codec's default).  Episodes whose first row is
@@ -40,6 +47,7 @@ from dataclasses import dataclass
 from replaybuf_core.layout.frame_choice import VIDEO_PIX_FMTS
 from replaybuf_core.layout.video_packets import GopPackets, PacketRecord
 
+from .keyframes import av1_first_frame, av1_sync_problem, h264_has_idr
 from .layout import require
 
 #: The longest source GOP (frames from a keyframe to the next) that goes through.
@@ -72,18 +80,6 @@ def chunk_frames(max_gop: int) -> int:
     """Frames per chunk for a longest source GOP of ``max_gop`` frames: its smallest multiple that is at
     least :data:`MIN_CHUNK_FRAMES`."""
     return max_gop * max(1, -(-MIN_CHUNK_FRAMES // max_gop))
-
-
-def _h264_has_idr(packet: bytes, length_size: int) -> bool:
-    """Whether an mp4 (``avcC``, length-prefixed NAL units) H.264 packet holds an IDR slice (type 5)."""
-    pos = 0
-    while pos + length_size <= len(packet):
-        n = int.from_bytes(packet[pos:pos + length_size], "big")
-        pos += length_size
-        if n and pos < len(packet) and packet[pos] & 0x1F == 5:
-            return True
-        pos += n
-    return False
 
 
 def probe(camera: str, files: dict[str, list[int]]) -> PassThrough | str:
@@ -131,6 +127,7 @@ def _probe_stream(container, stream, where: str) -> tuple[str | None, int, str]:
     extradata = bytes(cc.extradata or b"")
     length_size = (extradata[4] & 3) + 1 if bits == "h264" and len(extradata) > 4 and extradata[0] == 1 else 0
     last_pts, since_key, longest, n = None, 0, 1, 0
+    intra_only = None  # the first AV1 packet opening with an intra-only frame (an open GOP's entry point)
     try:
         for packet in container.demux(stream):
             if not packet.size:
@@ -143,11 +140,20 @@ def _probe_stream(container, stream, where: str) -> tuple[str | None, int, str]:
                 return (f"reordered frames (B-frames): packet {n} is presented at {packet.pts}, before the "
                         f"packet decoded ahead of it ({last_pts})"), 0, bits
             if packet.is_keyframe:
-                if bits == "h264" and length_size and not _h264_has_idr(bytes(packet), length_size):
+                if bits == "h264" and length_size and not h264_has_idr(bytes(packet), length_size):
                     return f"open GOP: keyframe packet {n} is not an IDR picture", 0, bits
+                why = av1_sync_problem(bytes(packet), extradata) if bits == "av1" else None
+                if why:
+                    return f"open GOP: keyframe packet {n} is not an AV1 random-access point: {why}", 0, bits
                 since_key = 0
+            elif bits == "av1" and intra_only is None and _av1_intra_only(bytes(packet), extradata):
+                intra_only = n
             since_key += 1
             longest = max(longest, since_key)
+            if longest > MAX_GOP and intra_only is not None:
+                return (f"open GOPs: its entry points are AV1 intra-only frames (e.g. packet {intra_only}), which a "
+                        "decoder cannot start from (FFmpeg marks no keyframe there), and its key frames are more "
+                        f"than {MAX_GOP} frames apart (from packet {n - since_key + 1})"), 0, bits
             if longest > MAX_GOP:
                 return (f"GOPs longer than {MAX_GOP} frames (a keyframe every {longest}+ frames from packet "
                         f"{n - since_key + 1}); the limit bounds a random read's decode"), 0, bits
@@ -157,6 +163,14 @@ def _probe_stream(container, stream, where: str) -> tuple[str | None, int, str]:
     if n == 0:
         return "no packets", 0, bits
     return None, longest, bits
+
+
+def _av1_intra_only(packet: bytes, extradata: bytes) -> bool:
+    """Whether an AV1 temporal unit's first frame is an ``INTRA_ONLY`` frame (unparsable: no)."""
+    try:
+        return av1_first_frame(packet, extradata)[0] == "INTRA_ONLY_FRAME"
+    except ValueError:
+        return False
 
 
 def tracked_frames(container, stream, records: dict[int, PacketRecord]):

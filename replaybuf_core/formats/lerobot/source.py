@@ -28,10 +28,11 @@ import numpy as np
 from replaybuf_core.layout.frame_choice import FrameChoice
 from replaybuf_core.source import KeySpec, Source
 
-from .columns import arrow_step, column_array, decode_image
+from .columns import arrow_numpy, arrow_step, column_array, decode_image
 from .layout import (
     Locator,
     read_info,
+    read_parquet,
     read_stats,
     read_tasks,
     read_v2_episodes,
@@ -189,6 +190,15 @@ class LeRobotSource(Source):
             else:
                 self.frame_handling[cam] = f"re-encoded with the frames= codec: {found}"
 
+    def decline_frame_choice(self, key: str, reason: str) -> None:
+        """Camera ``key`` goes through no more (its stored packets failed the import's check): its
+        videos are read again without keeping their packets, and ``frame_handling`` says why."""
+        self._passthrough.pop(key, None)
+        reader = self._readers.pop(key, None)
+        if reader is not None:
+            reader.close()
+        super().decline_frame_choice(key, reason)
+
     def frame_choices(self, choices: dict[str, Any]) -> dict[str, Any]:
         """``choices`` with every camera that goes through stored as its packets (a pass-through
         ``FrameChoice``: the source's bitstream, its chunk of whole GOPs)."""
@@ -239,7 +249,7 @@ class LeRobotSource(Source):
     def _file_table(self, path: str):
         if self._table_file != path:
             try:
-                self._table = self._pq.read_table(path)
+                self._table = read_parquet(path)
             except Exception as exc:
                 raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
             self._table_file = path
@@ -252,11 +262,11 @@ class LeRobotSource(Source):
             if "index" not in table.column_names or ep.rows is None:
                 raise ValueError(f"{where}: no episode_index (nor index) column: a v3 file holds many episodes, "
                                  "and their rows are found by it")
-            ids = np.asarray(table["index"].to_numpy())
+            ids = arrow_numpy(table["index"])
             rows = np.flatnonzero((ids >= ep.rows[0]) & (ids < ep.rows[1]))
             table = table.take(rows)
         elif "episode_index" in table.column_names:
-            ids = np.asarray(table["episode_index"].to_numpy())
+            ids = arrow_numpy(table["episode_index"])
             if self.version.startswith("v3"):  # many episodes per file
                 rows = np.flatnonzero(ids == ep.index)
                 if len(rows) and rows[-1] - rows[0] + 1 != len(rows):

@@ -167,7 +167,7 @@ class Batch(SequenceABC):
 
     def __init__(self, data: dict[str, Any], size: int):
         self.data = data
-        self._rows: dict[str, list] | None = None
+        self._rows: list[dict[str, Any]] | None = None  # the per-sample dicts (views), made on first use
         self.size = int(size)
         wrong = [k for k, v in data.items() if len(v) != self.size]
         if wrong:
@@ -183,11 +183,20 @@ class Batch(SequenceABC):
             raise TypeError(f"batch samples are numbered by int, got {type(j).__name__}")
         if not -self.size <= j < self.size:
             raise IndexError(f"sample {j} out of range for a batch of {self.size}")
+        return self._samples()[j]
+
+    def __iter__(self):
+        return iter(self._samples())
+
+    def _samples(self) -> list[dict[str, Any]]:
+        """The per-sample dicts, made once: ``default_collate`` asks for every sample once per key."""
         if self._rows is None:
             from .rows import batch_rows
 
-            self._rows = {k: batch_rows(v) for k, v in self.data.items() if isinstance(v, torch.Tensor)}
-        return {k: self._rows[k][j] if k in self._rows else v[j] for k, v in self.data.items()}
+            rows = {k: batch_rows(v) for k, v in self.data.items() if isinstance(v, torch.Tensor)}
+            self._rows = [{k: rows[k][j] if k in rows else v[j] for k, v in self.data.items()}
+                          for j in range(self.size)]
+        return self._rows
 
     def __repr__(self) -> str:
         return f"Batch(size={self.size}, keys={list(self.data)})"

@@ -34,6 +34,10 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       ``concurrent.futures.Future`` carries its error.  Until it is done,
                                       the backend makes overlapping reads, shrinking resizes,
                                       deletes/renames, ``flush`` and ``close`` wait for it
+``copy_stored(src, src_group, src_name, group, name, n_rows) -> bool``  fill the new, empty array
+                                      with ``src``'s stored objects holding its first ``n_rows`` rows,
+                                      byte for byte (same codecs and layout); False: not possible,
+                                      nothing written — copies then go row by row
 ``persist()``                         make everything written so far survive the death of this process
                                       (not a power loss); ``ReplayBuffer`` calls it after every commit
                                       of ``meta/episode_ends``, so a backend that buffers writes (an

@@ -427,6 +427,22 @@ class ZarrBackend:
         done.set_result(True)
         return done
 
+    def copy_stored(self, src: Any, src_group: str, src_name: str, group: str, name: str, n_rows: int) -> bool:
+        """Optional protocol verb: fill the new, empty array ``group/name`` with the stored objects of
+        ``src``'s ``src_group/src_name`` (another zarr backend) holding its first ``n_rows`` rows, byte
+        for byte, when both arrays have the same codecs, chunks and shards (:mod:`.object_copy`).
+        False, nothing written, when that does not hold: the caller copies rows."""
+        if not isinstance(src, ZarrBackend):
+            return False
+        self._check_writable()
+        src._settle((src_group, src_name))
+        from .object_copy import copy_objects
+
+        done = copy_objects(src.get_array(src_group, src_name), self.get_array(group, name), n_rows)
+        if done:
+            self._readers.pop((group, name), None)
+        return done
+
     def _settle(self, key: tuple[str, str], lo: int = 0, hi: int | None = None) -> None:
         """Wait for the background writes of ``key`` overlapping rows ``[lo, hi)`` (all when ``hi``
         is None) and forget every finished one.  Their errors stay with their futures."""

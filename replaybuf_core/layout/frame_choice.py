@@ -48,7 +48,7 @@ EXACT_SMALL = "webp:m1"
 DEFAULT = "exact"
 
 #: the ``--frames`` help of every CLI command that writes frames
-FRAMES_HELP = ("camera-frame codec: exact (lossless: JPEG XL, WebP for frames up to 96x96 px; the default), "
+FRAMES_HELP = ("camera-frame codec: exact (lossless: JPEG XL, WebP for frames of at most 96x96=9216 px; the default), "
                "fast (JPEG q95, lossy, checked by PSNR), jpegxl[:EFFORT], webp (lossless), webp:mMETHOD "
                "(lossless), webp:Q, jpeg[:Q], jpeg420[:Q], "
                "video[:h264|av1][:CRF][:gFRAMES] (compact: G frames a chunk, one GOP; PyAV); per key: "

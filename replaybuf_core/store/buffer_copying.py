@@ -233,6 +233,7 @@ class StoreCopying:
         if if_exists == "replace":  # the old buffer's other data keys would not match the new lengths
             for stale in set(dst.list_arrays("data")) - set(keys):
                 dst.delete_array("data", stale)
+        lossy_src, kept = set(lossy_keys(self._store, keys)), set()
         for group, key in names:
             if dst.has_array(group, key):
                 if if_exists == "skip":
@@ -248,8 +249,9 @@ class StoreCopying:
                     copy_array(self._store, "meta", key, dst, "meta", key, chunks=ck, codec=codec, shards=shards)
                 continue
             ck, codec, shards = self._resolve_layout(key, dst, chunks.get(key), compressors.get(key, "__source__"))
-            copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps,
-                       chunks=ck, codec=codec, shards=shards, client=client)
+            if copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps, chunks=ck, codec=codec,
+                          shards=shards, client=client, keep_stored=key in lossy_src):
+                kept.add(key)  # lossy frames copied as stored: the same pixels
         for group in ("data", "meta"):  # provenance (e.g. an import's conversions) travels along
             attrs = {k: v for k, v in self._store.get_attrs(group).items() if k != COMMIT_RECORD}
             if attrs:  # (the commit record is written for the destination's own commit, below)
@@ -261,7 +263,8 @@ class StoreCopying:
             dst.write("meta", EPISODE_ENDS, 0, self.episode_ends)
         write_commit_record(dst, self._n_ep, self.n_steps, generation=read_generation(self._store))  # stats stay valid
         # ... but for keys written through a lossy codec (JPEG, video): re-encoded pixels, recounted
-        rehistogram(dst, lossy_keys(dst, keys), np.asarray(self.episode_ends[: self._n_ep], dtype=np.int64))
+        rehistogram(dst, [k for k in lossy_keys(dst, keys) if k not in kept],
+                    np.asarray(self.episode_ends[: self._n_ep], dtype=np.int64))
         dst.flush()
 
     def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any, group: str = "data"):

@@ -36,11 +36,17 @@ def copy_array(
     shards: tuple[int, ...] | None = None,
     fill_value: Any = None,
     client: Any = None,
-) -> None:
+    keep_stored: bool = False,
+) -> bool:
     """Create ``dst_group/dst_name`` in ``dst`` and stream the first ``n_rows`` rows of the source
-    into it; memory stays bounded by one block (see :func:`block_rows`).
+    into it; memory stays bounded by one block (see :func:`block_rows`).  With ``keep_stored`` (a
+    lossy frame key: JPEG, video chunks, pass-through packets), no ``client``, and a destination
+    backend that can (the optional verb ``copy_stored``: zarr to zarr with the same codecs, chunks
+    and shards), the stored objects are copied byte for byte instead: no second lossy generation
+    of every frame (the bytes are not decoded on the way: a damaged chunk stays as damaged).
 
-    0-d arrays (meta scalars) are copied whole.  With ``client`` (a ``distributed.Client``) the
+    Returns True when the stored objects were copied as they are (``keep_stored``), False when rows
+    were decoded and written.  0-d arrays (meta scalars) are copied whole.  With ``client`` (a ``distributed.Client``) the
     blocks are copied on its cluster, one task each (:mod:`replaybuf_core.cluster.copy`; both stores
     must be reachable by path or URL, the destination a zarr store: else ValueError before anything
     is created); the result is the same bit for bit.
@@ -50,7 +56,7 @@ def copy_array(
     if len(shape) == 0:
         dst.create_array(dst_group, dst_name, shape=(), dtype=dtype, chunks=None, codec=codec)
         dst.write(dst_group, dst_name, 0, np.asarray(src.get_array(src_group, src_name)[()]))
-        return
+        return False
     n = shape[0] if n_rows is None else int(n_rows)
     if client is not None:  # refused before anything is created
         from replaybuf_core.cluster.copy import check_client, check_cluster_destination, endpoint_of
@@ -64,11 +70,15 @@ def copy_array(
     obj = (shards or chunks or (None,))[0]
     src_chunks = src.chunks(src_group, src_name) if hasattr(src, "chunks") else None
     step = block_rows(row_bytes, obj, src_chunks[0] if src_chunks else None)
+    raw = getattr(dst, "copy_stored", None) if keep_stored and client is None else None
+    if raw is not None and raw(src, src_group, src_name, dst_group, dst_name, n):
+        return True
     if client is not None:
         from replaybuf_core.cluster.copy import copy_rows_on_cluster
 
         copy_rows_on_cluster(client, src, (src_group, src_name), dst, (dst_group, dst_name), n, step)
-        return
+        return False
     for start in range(0, n, step):
         stop = min(n, start + step)
         dst.write(dst_group, dst_name, start, src.read(src_group, src_name, start, stop))
+    return False

@@ -127,6 +127,10 @@ class ZarrEntrypoint(BackendEntrypoint):
                **kwargs: Any) -> ZarrBackend:
         from zarr.storage import MemoryStore
 
+        unknown = sorted(set(kwargs) - {"storage_options"})
+        if unknown:  # e.g. path=...: silently ignored, it made an in-memory store instead
+            raise TypeError(f"the zarr backend's create takes no argument(s) {unknown}; the store (a path, URL or "
+                            "zarr store) is the second positional argument: create_empty('zarr', 'x.zarr')")
         if root is None and isinstance(store, zarr.Group):
             root = store
             if if_exists == "replace":

@@ -196,3 +196,12 @@ def test_nan_inf_allowed_and_noted_by_verify(tmp_path):
         assert_buffer_equal(rb, [ep])
     problems = verify_store(path)
     assert [p.level for p in problems] == ["note"] and "obs" in str(problems[0])
+
+
+def test_create_empty_refuses_keywords_it_would_ignore(tmp_path):
+    """``create_empty("zarr", path=...)`` made an in-memory store and said nothing (new-user trial)."""
+    from replaybuf_core import ReplayBuffer
+
+    with pytest.raises(TypeError, match=r"\['path'\].*second positional argument"):
+        ReplayBuffer.create_empty("zarr", path=str(tmp_path / "x.zarr"))
+    assert not (tmp_path / "x.zarr").exists()

@@ -46,3 +46,4 @@ def test_a_copy_into_another_codec_or_of_an_exact_key_goes_row_by_row(tmp_path):
     np.testing.assert_array_equal(zarr.open_group(dst, mode="r")["data/image"][:],
                                   zarr.open_group(src, mode="r")["data/image"][:])  # lossless from the JPEG pixels
     assert main(["verify", str(dst)]) == 0
+

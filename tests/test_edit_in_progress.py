@@ -65,6 +65,10 @@ def test_a_running_edit_is_named_as_such_and_a_dead_one_as_interrupted(tmp_path,
     # the editor is gone: now the journal is an interrupted edit
     with pytest.raises(InterruptedEditError, match="interrupted delete_episodes .*no process holds its writer lock"):
         ReplayBuffer.create_from_path(path)
+    # verify says that once — not also rows "missing" mid-move, nor that recovery refuses damage
+    found = verify_store(path)
+    assert [p.level for p in found] == ["error"] and "interrupted delete_episodes" in found[0].message
+    assert "--repair" in found[0].message
     with pytest.warns(RuntimeWarning, match="rolled back"):
         rb = ReplayBuffer(str(path))
     rb.close()

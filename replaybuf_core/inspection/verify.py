@@ -153,8 +153,13 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
         from replaybuf_core.errors import CorruptStoreError
         from replaybuf_core.store.recovery import recover
 
+        from replaybuf_core.store.editing import InterruptedEditError
+
         try:
             recover(store, apply=False)
+        except InterruptedEditError as exc:  # rows are mid-move: the checks below would call the edit damage
+            err("meta", str(exc))
+            return problems
         except CorruptStoreError as exc:
             err("meta/episode_ends", str(exc))
             damaged = True

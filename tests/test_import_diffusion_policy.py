@@ -123,6 +123,12 @@ def test_meta_preserved_and_report(small_src, tmp_path):
     rb = ReplayBuffer.create_from_path(tmp_path / "out.zarr")
     assert rb.n_episodes == 4
     np.testing.assert_array_equal(rb.meta["task_id"][:], np.arange(4, dtype=np.int32) * 7)
+    assert "x smaller)" in r.summary() and r.source_episodes == 4
+    from replaybuf_core.importing import import_dataset
+
+    part = import_dataset(small_src, tmp_path / "part.zarr", progress=False, episodes="0:2")
+    line = [x for x in part.summary().splitlines() if x.startswith("bytes on disk")][0]
+    assert "(all 4 episodes)" in line and "(2 of them)" in line and "smaller" not in line  # no ratio to the whole
 
 
 @needs_pusht

@@ -311,7 +311,7 @@ def import_source(
     report.skipped_keys = skip
     report.notes = list(source.notes)
     report.frame_handling = {k: v for k, v in source.frame_handling.items() if k in keys}
-    report.source_bytes = source.source_bytes()
+    report.source_bytes, report.source_episodes = source.source_bytes(), source.n_episodes
     report.seconds = time.perf_counter() - t0
     return report
 

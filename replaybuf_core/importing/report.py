@@ -63,6 +63,8 @@ class ImportReport:
     frame_handling: dict[str, str] = field(default_factory=dict)
     format: str = ""
     source_bytes: int = 0
+    #: episodes in the source (the import may have taken some of them: ``episodes=``)
+    source_episodes: int = 0
     stored_bytes: int = 0
     seconds: float = 0.0
 
@@ -114,7 +116,10 @@ class ImportReport:
             if len(self.skipped_episodes) > 20:
                 lines.append(f"    ... ({len(self.skipped_episodes) - 20} more)")
         size = f"bytes on disk: source {self.source_bytes:,}, destination {self.stored_bytes:,}"
-        if not (self.source_bytes and self.stored_bytes):
+        if self.source_episodes and self.n_episodes < self.source_episodes:  # a part: no ratio to the whole
+            lines.append(f"bytes on disk: source {self.source_bytes:,} (all {self.source_episodes} episodes), "
+                         f"destination {self.stored_bytes:,} ({self.n_episodes} of them)")
+        elif not (self.source_bytes and self.stored_bytes):
             lines.append(size)
         elif self.source_bytes >= self.stored_bytes:
             lines.append(f"{size} ({self.source_bytes / self.stored_bytes:.2f}x smaller)")

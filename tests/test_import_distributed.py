@@ -96,7 +96,22 @@ def test_a_worker_killed_mid_import_changes_nothing(client, serial, tmp_path):
     assert report.ok, report.problems
     got = file_digests(dst)
     assert [p for p in serial if got.get(p) != serial[p]] == []
-    assert pids[0] not in client.run(os.getpid).values()  # the worker really was replaced
+    assert pids[0] not in _worker_pids(client)  # the worker really was replaced
+
+
+def _worker_pids(client, timeout: float = 60.0) -> list[int]:
+    """The workers' process ids — asked again while the scheduler still broadcasts to the killed worker
+    (its nanny restarting it): ``client.run`` then fails with ``CommClosedError`` for a moment."""
+    from distributed.comm.core import CommClosedError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return list(client.run(os.getpid).values())
+        except (CommClosedError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 @requires_pusht

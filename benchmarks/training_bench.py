@@ -276,8 +276,7 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool) -> None:
         table.add("training", f"{name}: peak PSS of the process tree", peaks[name], "MB", "{:.0f}")
 
     # the O(episodes) index against diffusion_policy's table, end to end: same batches, alternating
-    seq = SequenceSampler(rb, 16, key_first_k={"img": 2, "state": 2}, keys=["img", "state", "action"],
-                          dtypes="stored", **PADS)
+    seq = seq_sampler
     tab = _TableSampler(rb, 16, key_first_k={"img": 2, "state": 2}, keys=["img", "state", "action"],
                         dtypes="stored", **PADS)
     t_index, t_table = [], []

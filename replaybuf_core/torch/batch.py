@@ -167,7 +167,7 @@ class Batch(SequenceABC):
 
     def __init__(self, data: dict[str, Any], size: int):
         self.data = data
-        self._rows: list[dict[str, Any]] | None = None  # the per-sample dicts (views), made on first use
+        self._sample_dicts: list[dict[str, Any]] | None = None  # the per-sample dicts (views), made on first use
         self.size = int(size)
         wrong = [k for k, v in data.items() if len(v) != self.size]
         if wrong:
@@ -190,13 +190,13 @@ class Batch(SequenceABC):
 
     def _samples(self) -> list[dict[str, Any]]:
         """The per-sample dicts, made once: ``default_collate`` asks for every sample once per key."""
-        if self._rows is None:
+        if self._sample_dicts is None:
             from .rows import batch_rows
 
             rows = {k: batch_rows(v) for k, v in self.data.items() if isinstance(v, torch.Tensor)}
-            self._rows = [{k: rows[k][j] if k in rows else v[j] for k, v in self.data.items()}
+            self._sample_dicts = [{k: rows[k][j] if k in rows else v[j] for k, v in self.data.items()}
                           for j in range(self.size)]
-        return self._rows
+        return self._sample_dicts
 
     def __repr__(self) -> str:
         return f"Batch(size={self.size}, keys={list(self.data)})"

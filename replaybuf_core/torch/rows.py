@@ -25,10 +25,10 @@ __all__ = ["BatchRow", "batch_rows"]
 
 
 class BatchRow(torch.Tensor):
-    """Row ``_rb_row`` of the batch tensor ``_rb_base`` (see the module doc).  Made by :func:`batch_rows`."""
+    """Row 0 of the batch tensor ``_rb_base``; ``_rb_rest`` are the other rows (see the module doc).  Made by
+    :func:`batch_rows`."""
 
     _rb_base: torch.Tensor
-    _rb_row: int
     _rb_rest: list
 
     @classmethod
@@ -59,7 +59,7 @@ def batch_rows(batch: torch.Tensor) -> list[torch.Tensor]:
     rows = list(torch.unbind(batch))
     if rows:
         first = rows[0].as_subclass(BatchRow)
-        first._rb_base, first._rb_row = batch, 0
+        first._rb_base = batch
         first._rb_rest = rows[1:]  # the other rows, by identity (a list without ``first``: no cycle)
         rows[0] = first
     return rows
@@ -74,7 +74,7 @@ def _whole_batch(args: tuple, kwargs: dict) -> torch.Tensor | None:
     if dim != 0 or not isinstance(tensors, (list, tuple)) or not tensors:
         return None
     base = getattr(tensors[0], "_rb_base", None)
-    if base is None or len(tensors) != len(base) or getattr(tensors[0], "_rb_row", None) != 0:
+    if base is None or len(tensors) != len(base):
         return None
     rest = tensors[0]._rb_rest
     if any(t is not r for t, r in zip(tensors[1:], rest)):

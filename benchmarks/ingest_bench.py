@@ -75,7 +75,7 @@ def naive_per_frame(src: Path, dst: Path, n_episodes: int) -> float:
         g = zarr.open_group(Path(tmp) / "naive.zarr", mode="w")
         arrays = {}
         for k in rb.keys():
-            a = rb[k].native  # the zarr array itself: its stored dtype, chunks and codecs
+            a = rb.data[k]  # the zarr array itself: its stored dtype, chunks and codecs
             arrays[k] = g.create_array(k, shape=(0,) + a.shape[1:], chunks=a.chunks, shards=a.shards,
                                        dtype=a.dtype, serializer=a.serializer, compressors=a.compressors)
         n = 0

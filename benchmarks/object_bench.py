@@ -13,6 +13,7 @@ ephemeral port; configured through the AWS_* variables only).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -32,30 +33,23 @@ from .common import Table, median_time
 BATCH = 64
 
 
-def _server():
+@contextlib.contextmanager
+def local_s3(bucket: str = "bench"):
+    """moto's ``ThreadedMotoServer`` on 127.0.0.1 (an ephemeral port) with ``bucket`` made, the AWS_*
+    variables pointing at it while inside (restored after); yields ``(host, port)``."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
+    saved = {k: os.environ.get(k) for k in keys}
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(AWS_ENDPOINT_URL=f"http://{host}:{port}", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-                      AWS_REGION="us-east-1", AWS_ALLOW_HTTP="true")
-    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/bench", method="PUT")).read()
-    return server
-
-
-def run(table: Table, store: Path, tmp: Path, smoke: bool, src: Path | None = None) -> None:
-    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("obstore") is None:
-        table.add("object storage", "skipped: moto[server] / obstore not installed (the test extra)", 0, "-")
-        return
-    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                            "AWS_REGION", "AWS_ALLOW_HTTP")}
-    server = _server()
     try:
-        if src is not None:
-            _imports(table, src, tmp)
-        _run(table, store, tmp, smoke)
+        host, port = server.get_host_and_port()
+        os.environ.update(AWS_ENDPOINT_URL=f"http://{host}:{port}", AWS_ACCESS_KEY_ID="bench",
+                          AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1", AWS_ALLOW_HTTP="true")
+        urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/{bucket}", method="PUT")).read()
+        yield host, port
     finally:
         from replaybuf_zarr.lease import release_all_leases
 
@@ -66,6 +60,16 @@ def run(table: Table, store: Path, tmp: Path, smoke: bool, src: Path | None = No
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def run(table: Table, store: Path, tmp: Path, smoke: bool, src: Path | None = None) -> None:
+    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("obstore") is None:
+        table.add("object storage", "skipped: moto[server] / obstore not installed (the test extra)", 0, "-")
+        return
+    with local_s3():
+        if src is not None:
+            _imports(table, src, tmp)
+        _run(table, store, tmp, smoke)
 
 
 def _imports(table: Table, src: Path, tmp: Path) -> None:

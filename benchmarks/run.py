@@ -1,8 +1,8 @@
 """Entry point: ``python -m benchmarks [--smoke]`` — one table of medians and ratios from one run.
 
 Sections: sampling, training throughput, diffusion_policy's dataset code on our store, in-place edits, export, statistics, ingest, imports on Dask, object
-storage, step→episode index, bytes on disk, LeRobot import, frame codecs on natural frames, training reads on natural frames against a
-LeRobot-style video reader, live recording, the browser viewer on 100,000 episodes (see each module's docstring).
+storage, step→episode index, bytes on disk, LeRobot import, RLDS import (a DROID-sized import projected), frame codecs on natural frames, training reads on natural frames against a
+LeRobot-style video reader, mixtures of stores (weighted throughput, streaming from a bucket, resume at 1 M episodes), live recording, the browser viewer on 100,000 episodes (see each module's docstring).
 ``--smoke`` runs everything on the first few Push-T episodes in seconds (CI runs it); the full run
 imports all of Push-T (206 episodes, 25,650 frames) and a two-camera 480x640 LeRobot dataset, about fifteen
 minutes on 2 cores (six of them recording in real time; ``python -m benchmarks.record_bench`` runs that section alone).
@@ -26,9 +26,11 @@ from . import (
     index_bench,
     ingest_bench,
     lerobot_bench,
+    mixture_bench,
     natural_training_bench,
     object_bench,
     record_bench,
+    rlds_bench,
     sampling_bench,
     stats_bench,
     training_bench,
@@ -77,8 +79,10 @@ def main(argv=None) -> int:
         object_bench.run(table, dst, tmp, args.smoke, src=src)
         index_bench.run(table, args.smoke)
         lerobot_bench.run(table, tmp, args.smoke)
+        rlds_bench.run(table, tmp, args.smoke)
         frames_bench.run(table, args.smoke)
         natural_training_bench.run(table, tmp, args.smoke)
+        mixture_bench.run(table, tmp, args.smoke)
         record_bench.run(table, tmp, args.smoke)
         viewer_bench.run(table, tmp, args.smoke)
     print(table.render())

@@ -21,83 +21,43 @@ backend authors is :mod:`replaybuf_core.testing`.  This package never imports a 
 backends arrive through the ``replaybuf`` entry-point group (docs/architecture.md).
 """
 
-from .errors import (
-    BackendNotFoundError,
-    CapabilityError,
-    CorruptStoreError,
-    DamagedSourceError,
-    EmptyBufferError,
-    FormatNotFoundError,
-    ReadOnlyError,
-    ReplayBufferError,
-    StoreLockedError,
-)
-from .export_format import ExportFormat, ExportPlan, ExportReport
-from .layout.chunks import check_chunks_compatible, get_optimal_chunks
-from .layout.compressors import resolve_compressor
-from .layout.schema import DatasetSchema
-from .protocol import BackendEntrypoint, StorageBackend
-from .registry import get_backend, guess_backend, list_backends, list_export_formats, list_formats
-from .sampling.sampler import SequenceSampler, downsample_mask, get_val_mask
-from .sampling.window_sampler import WindowSampler, delta_timestamps_to_steps
-from .source import FormatEntrypoint, KeySpec, Source
-from .store.buffer import ReplayBuffer, rechunk_array
-from .store.creation import create_replay_buffer
-from .store.episode_index import episode_of_steps, get_episode_idxs
-from .store.writer import EpisodeWriter
+# Each public name and the module that defines it, imported on first use (PEP 562): `import
+# replaybuf_core` (and so every submodule's import, the CLI's start included) stays light — NumPy,
+# zarr, numba and the backends load when a name that needs them is first touched.
+_PUBLIC = {
+    ".errors": ["BackendNotFoundError", "CapabilityError", "CorruptStoreError", "DamagedSourceError",
+                "EmptyBufferError", "FormatNotFoundError", "ReadOnlyError", "ReplayBufferError", "StoreLockedError"],
+    ".export_format": ["ExportFormat", "ExportPlan", "ExportReport"],
+    ".exporting.run": ["export_dataset"],
+    ".importing.pipeline": ["import_dataset", "import_source"],
+    ".layout.chunks": ["check_chunks_compatible", "get_optimal_chunks"],
+    ".layout.compressors": ["resolve_compressor"],
+    ".layout.schema": ["DatasetSchema"],
+    ".protocol": ["BackendEntrypoint", "StorageBackend"],
+    ".registry": ["get_backend", "guess_backend", "list_backends", "list_export_formats", "list_formats"],
+    ".sampling.sampler": ["SequenceSampler", "downsample_mask", "get_val_mask"],
+    ".sampling.window_sampler": ["WindowSampler", "delta_timestamps_to_steps"],
+    ".source": ["FormatEntrypoint", "KeySpec", "Source"],
+    ".store.buffer": ["ReplayBuffer", "rechunk_array"],
+    ".store.creation": ["create_replay_buffer"],
+    ".store.episode_index": ["episode_of_steps", "get_episode_idxs"],
+    ".store.writer": ["EpisodeWriter"],
+}
+_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
 
-__all__ = [
-    "BackendEntrypoint",
-    "BackendNotFoundError",
-    "CapabilityError",
-    "CorruptStoreError",
-    "DatasetSchema",
-    "EmptyBufferError",
-    "EpisodeWriter",
-    "ExportFormat",
-    "ExportPlan",
-    "ExportReport",
-    "FormatEntrypoint",
-    "DamagedSourceError",
-    "FormatNotFoundError",
-    "KeySpec",
-    "ReadOnlyError",
-    "ReplayBuffer",
-    "ReplayBufferError",
-    "SequenceSampler",
-    "Source",
-    "StorageBackend",
-    "StoreLockedError",
-    "WindowSampler",
-    "check_chunks_compatible",
-    "create_replay_buffer",
-    "delta_timestamps_to_steps",
-    "downsample_mask",
-    "episode_of_steps",
-    "export_dataset",
-    "get_backend",
-    "get_episode_idxs",
-    "get_optimal_chunks",
-    "get_val_mask",
-    "guess_backend",
-    "import_dataset",
-    "import_source",
-    "list_backends",
-    "list_export_formats",
-    "list_formats",
-    "rechunk_array",
-    "resolve_compressor",
-]
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str):
-    # the import pipeline loads on first use: `import replaybuf_core` stays light for readers
-    if name in ("import_dataset", "import_source"):
-        from .importing import pipeline
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return getattr(pipeline, name)
-    if name == "export_dataset":
-        from .exporting import run
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # found once
+    return value
 
-        return run.export_dataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -127,7 +127,8 @@ class ExportFormat:
 
     def write(self, plan: ExportPlan, path: Path, progress: Any) -> list[str]:
         """Write the plan at ``path`` (which does not exist); call ``progress(n_rows)`` as each key's
-        rows are written (the bar's total is steps × keys); return notes."""
+        rows are written (the bar shows steps: ``n_rows`` rows of one key are ``n_rows / len(plan.names)``
+        steps); return notes."""
         raise NotImplementedError
 
     def verify(self, plan: ExportPlan, path: Path) -> list[str]:

@@ -10,6 +10,14 @@ Within one process, writable opens of the same directory share the lock (referen
 excludes other *processes*.  A forked child does not inherit the right to write: its own writable open
 raises :class:`~replaybuf_core.errors.StoreLockedError` while the parent holds the lock.  The lock is
 advisory: code that writes the files without replaybuf is not stopped.
+
+**Breaking it** (:func:`break_lock`, ``replaybuf unlock PATH --force``).  A paused holder (Ctrl-Z,
+SIGSTOP) keeps its lock, and whatever file write it was about to make when it stopped it makes when
+it goes on; a file system has no write conditional on who holds a lock.  So the one way to break a
+live holder's lock without letting it write beside the next writer is to end it: the process the
+kernel lists as holding the lock (``/proc/locks``) is sent SIGKILL — which also ends a stopped
+process — and the lock is free once the kernel released it.  What it committed stays (a SIGKILL is a
+crash the store recovers from); its uncommitted episodes are lost.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ try:  # pragma: no cover - platform dependent
 except ImportError:  # pragma: no cover - Windows: no locking
     fcntl = None  # type: ignore[assignment]
 
-_mutex = threading.Lock()
+# re-entrant: a writable buffer's finalizer (``weakref.finalize`` → ``StoreLock.release``) runs where the
+# garbage collector does, possibly inside this very lock in the same thread (an allocation under it)
+_mutex = threading.RLock()
 # realpath of the lock file -> [fd, reference count, pid of the process that took it]
 _held: dict[str, list[int]] = {}
 
@@ -179,3 +189,85 @@ def acquire(directory: str | os.PathLike) -> StoreLock | None:
         os.pwrite(fd, f"{pid}\n".encode("ascii"), 0)
         _held[key] = [fd, 1, pid]
         return StoreLock(key, directory)
+
+
+def _flock_holders(lock_file: Path) -> list[int]:
+    """The pids ``/proc/locks`` lists as holding a FLOCK on ``lock_file`` (empty without /proc)."""
+    try:
+        st = os.stat(lock_file)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->" or parts[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = parts[5].split(":")
+            same = (int(major, 16), int(minor, 16), int(inode)) == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+            if same and int(parts[4]) > 0:
+                pids.append(int(parts[4]))
+        except ValueError:
+            continue
+    return pids
+
+
+def _state(pid: int) -> str:
+    """"running", "stopped" (SIGSTOP, Ctrl-Z) or "gone" for process ``pid`` of this host."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            code = f.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    return "stopped" if code in (b"T", b"t") else "gone" if code in (b"Z", b"X") else "running"
+
+
+def break_lock(directory: str | os.PathLike, *, force: bool = False, timeout: float = 10.0) -> str | None:
+    """Break the writer lock of the store in ``directory`` (see the module docstring): with ``force``
+    the holder — the process ``/proc/locks`` lists for the lock file, paused or not — is ended with
+    SIGKILL, and this returns once the kernel released its lock.  Returns who held it (``"process
+    <pid> (stopped)"``), or None when nobody does (a dead writer's lock is gone with it).
+
+    Raises:
+        StoreLockedError: ``force`` is False (the message names the holder and its state); this
+            process holds it; the holder is not a process of this host (a store on a network file
+            system), or cannot be signalled (another user's); or the lock is still held ``timeout``
+            seconds after the kill (a child the holder forked shares it: end that one).
+    """
+    import signal
+    import time
+
+    directory = Path(directory)
+    lock_file = directory / LOCK_NAME
+    if held_here(directory):
+        raise StoreLockedError(f"{directory}: this process holds the writer lock; close the ReplayBuffer instead")
+    holder = live_holder(directory)
+    if holder is None:
+        return None
+    pids = [p for p in _flock_holders(lock_file) if p != os.getpid()]
+    if not pids:
+        raise StoreLockedError(f"{directory} is locked (lock file {lock_file}, pid {holder} in it) by no process of "
+                               "this host that /proc/locks lists (a writer on another host of a shared file system?); "
+                               "it cannot be broken from here: stop that writer")
+    who = ", ".join(f"process {p} ({_state(p)})" for p in pids)
+    if not force:
+        raise StoreLockedError(f"{directory} is open for writing by {who}. Stop it (a stopped one: `kill -CONT "
+                               f"{pids[0]}` lets it go on), or break the lock with --force (force=True): that ends it "
+                               "with SIGKILL — what it committed stays, its uncommitted episodes are lost")
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            raise StoreLockedError(f"{directory}: the writer lock is held by {who}, which this user may not "
+                                   "signal; it cannot be broken from here") from None
+    deadline = time.monotonic() + timeout
+    while live_holder(directory) is not None:
+        if time.monotonic() > deadline:
+            raise StoreLockedError(f"{directory}: {who} was sent SIGKILL but the lock is still held {timeout:.0f} s "
+                                   "later (a process it forked shares the lock file: end that one too)")
+        time.sleep(0.02)
+    return who

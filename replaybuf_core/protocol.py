@@ -13,6 +13,7 @@ Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
                    was committed before a SIGKILL opens again (``persist`` below; the kill trials
                    of :class:`replaybuf_core.testing.conformance.CrashConformance` hold a backend to it)
 ``"batched_read"`` ``read_ranges`` serves many row ranges with one read per chunk touched
+``"versions"``     a third group ``"versions"`` (created on first use) holds older versions' undos
 
 Optional methods, called only when present (``getattr(store, name, None)``):
 
@@ -38,6 +39,15 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       with ``src``'s stored objects holding its first ``n_rows`` rows,
                                       byte for byte (same codecs and layout); False: not possible,
                                       nothing written — copies then go row by row
+``can_splice(group, name) -> bool``   rows of the array can be moved by ``splice_rows`` (frames of a
+                                      frame codec: no frame decoded or encoded)
+``splice_rows(group, name, start, pieces, src_group=None) -> bool``  rows ``[start, start + n)`` become the rows
+                                      ``pieces`` name (``(array, a, b)``: rows of other arrays of
+                                      ``src_group`` (default ``group``) with the same chunks and codecs), moved as stored bytes
+                                      (a one-frame codec's chunks whole, a video chunk's packets
+                                      re-cut), the array ending there; ``start`` on the chunk grid.
+                                      False: not possible, the caller writes the rows (edits:
+                                      :mod:`replaybuf_core.store.editing`)
 ``persist()``                         make everything written so far survive the death of this process
                                       (not a power loss); ``ReplayBuffer`` calls it after every commit
                                       of ``meta/episode_ends``, so a backend that buffers writes (an
@@ -59,8 +69,12 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       reading); ``rows``: only objects holding some of the first
                                       ``rows`` rows (the committed ones) count
 ``reclaimable_bytes() -> int``       bytes of the store's file that hold nothing any more (a backend
-                                      that never reuses freed space: HDF5); ``replaybuf edit`` says so
-                                      when they are a tenth of the file or more
+                                      that never reuses freed space: HDF5); ``replaybuf edit`` repacks
+                                      the file when they are a quarter of it or more (``compact``), or
+                                      says how to
+``compact() -> (int, int)``           rewrite the store's file with its live objects only (built
+                                      beside, swapped in; HDF5), reopening it; returns its bytes before
+                                      and after
 ``create_schema_arrays(schema, **options)``  create the ``data`` arrays a
                                       :class:`~replaybuf_core.layout.schema.DatasetSchema` declares
                                       (:mod:`replaybuf_core.store.creation`; options ``image_codec``,
@@ -73,7 +87,9 @@ Optional methods of a :class:`BackendEntrypoint`:
 ``as_data_group(native_group)``       a backend whose ``data`` group is any native group (the seed's
                                       ``rechunk_recompress_array``)
 ``break_lock(location, *, storage_options=None, force=False) -> holder | None``  break the writer
-                                      lock or lease a dead writer left behind (``replaybuf unlock``)
+                                      lock or lease a dead writer left behind, or with ``force`` a live
+                                      (or paused) writer's — which must then be unable to write beside
+                                      the next writer (``replaybuf unlock``)
 ``delete_store(location, *, storage_options=None) -> int``  delete a store that has no directory to
                                       remove (object storage), under its writer lease (``replaybuf delete``)
 
@@ -96,7 +112,12 @@ CAP_CODECS = "codecs"
 CAP_SHARDS = "shards"
 CAP_PERSISTENT = "persistent"
 CAP_BATCHED_READ = "batched_read"
-KNOWN_CAPABILITIES = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT, CAP_BATCHED_READ})
+#: the backend keeps a third group, :data:`VERSIONS_GROUP`, for the undos of older versions
+#: (:mod:`replaybuf_core.store.versions`): arrays there are created, read, written and deleted with the
+#: same verbs; readers of ``data`` and ``meta`` (plain zarr-python, diffusion_policy) never see them
+CAP_VERSIONS = "versions"
+VERSIONS_GROUP = "versions"
+KNOWN_CAPABILITIES = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT, CAP_BATCHED_READ, CAP_VERSIONS})
 
 
 @runtime_checkable

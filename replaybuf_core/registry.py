@@ -251,14 +251,20 @@ def list_formats() -> dict[str, FormatInfo]:
 
 
 #: the modules each pip extra of replaybuf brings (to say whether a format can run here)
-EXTRA_MODULES = {"lerobot": ("pyarrow", "av"), "hdf5": ("h5py", "hdf5plugin")}
+EXTRA_MODULES = {"lerobot": ("pyarrow", "av"), "hdf5": ("h5py", "hdf5plugin"), "rlds": ("google.protobuf",)}
 
 
 def extra_ready(extra: str | None) -> bool:
     """True when the modules of the pip extra ``extra`` (e.g. ``"lerobot"``) are importable here."""
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in EXTRA_MODULES.get(extra or "", ()))
+    def found(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a dotted name whose parent package is missing (google.protobuf)
+            return False
+
+    return all(found(m) for m in EXTRA_MODULES.get(extra or "", ()))
 
 
 def _formats_text() -> str:

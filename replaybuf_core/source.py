@@ -70,6 +70,9 @@ class Source:
       reported.  Indices stay those of the full episode list;
     * ``notes``: one line each, what the import report should say about the source (e.g. a camera
       declared with no files, lossy source video);
+    * ``key_notes``: key → lines the import report says under that key (e.g. a camera's 10-bit video
+      stored as 8-bit, a display rotation not applied); a format may add to it while it reads
+      (:meth:`note_key`), and the import collects it after the last read (from every Dask worker too);
     * ``frame_handling``: camera key → how its frames are stored when the format chose for it (LeRobot's
       pass-through: "passed through ..." or "re-encoded: <why>"), shown in the import report;
 
@@ -89,6 +92,7 @@ class Source:
         self.attrs: dict[str, Any] = {}
         self.skipped: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.key_notes: dict[str, list[str]] = {}
         self.unavailable: dict[int, str] = {}
         self.skip_unavailable = False
         self.unavailable_hint = ""
@@ -183,10 +187,16 @@ class Source:
         Default: ``frame_handling[key]`` says so."""
         self.frame_handling[key] = f"re-encoded with the frames= codec: {reason}"
 
-    def frame_bytes(self, key: str) -> float | None:
-        """Bytes one frame of camera ``key`` takes in the source (e.g. its video files' bytes over their
-        frames), or None when the format cannot tell; the import report compares the stored frames'
-        bytes with it."""
+    def note_key(self, key: str, text: str) -> None:
+        """Add ``text`` to ``key_notes[key]`` (once)."""
+        notes = self.key_notes.setdefault(key, [])
+        if text not in notes:
+            notes.append(text)
+
+    def frame_bytes(self, key: str, indices: list[int] | None = None) -> float | None:
+        """Bytes one frame of camera ``key`` takes in the source for the episodes ``indices`` (None:
+        all), e.g. their video files' bytes over their frames, or None when the format cannot tell; the
+        import report compares the stored frames' bytes with it."""
         return None
 
     def close(self) -> None:

@@ -8,7 +8,6 @@ stored as zarr's variable-length UTF-8 and read back as ``object`` arrays of ``s
 from __future__ import annotations
 
 import itertools
-import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
@@ -19,33 +18,45 @@ import numpy as np
 import zarr
 
 from replaybuf_core.errors import ReadOnlyError
+from replaybuf_core.interrupts import deferred_sigint
 from replaybuf_core.protocol import (
     CAP_BATCHED_READ,
     CAP_CHUNKS,
     CAP_CODECS,
     CAP_PERSISTENT,
     CAP_SHARDS,
+    CAP_VERSIONS,
     GROUPS,
+    VERSIONS_GROUP,
     begin_write,
     check_row_region,
     read_rows_via_ranges,
 )
 
 from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
-from .chunk_reader import ChunkReader, RowsRead, make_reader
+from .chunk_reader import ChunkReader, make_reader
+from . import reader_holds
+from .object_store import store_options, store_url
+from .row_gather import RowsRead
+from .stored_bytes import StoredBytes
 from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
 from .members import (
-    METADATA_NAMES,
     delete_prefix,
-    is_metadata_key,
     list_children,
     local_root,
     metadata_file_error,
     node_error,
+    remove_debris,
     rename_member,
 )
-from .zarr_compat import sync
+
+
+#: Each mutating call runs whole before a Ctrl-C (SIGINT) or the CLI's SIGTERM is acted on: zarr-python's
+#: writes run on its IO thread and ours on the codec pool, and both would go on after a
+#: ``KeyboardInterrupt`` raised while the caller waits for them: whatever cleans up after the interrupt
+#: (a build beside removed, a rechunk's temporary array deleted) would race writes still landing.
+_whole = deferred_sigint()
 
 
 def _is_string_dtype(dtype: np.dtype) -> bool:
@@ -58,7 +69,7 @@ def _as_object_strings(values: np.ndarray) -> np.ndarray:
     return values
 
 
-class ZarrBackend:
+class ZarrBackend(StoredBytes):
     """:class:`~replaybuf_core.protocol.StorageBackend` over a zarr group (v3, or v2 for reading)."""
 
     name = "zarr"
@@ -75,6 +86,8 @@ class ZarrBackend:
         if local_root(root.store) is not None or type(root.store).__name__ in ("ZipStore", "FsspecStore"):
             caps.add(CAP_PERSISTENT)
         caps.add(CAP_BATCHED_READ)
+        if root.metadata.zarr_format == 3:
+            caps.add(CAP_VERSIONS)
         self.capabilities = frozenset(caps)
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
         self._readers: dict[tuple[str, str], ChunkReader | None] = {}
@@ -147,6 +160,7 @@ class ZarrBackend:
         except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
             raise metadata_file_error(self._root.store, group, exc) from exc
 
+    @_whole
     def require_group(self, group: str) -> None:
         self._check_writable()
         self._root.require_group(group)
@@ -155,11 +169,13 @@ class ZarrBackend:
         return self._group(group)
 
     def _group(self, group: str) -> zarr.Group:
-        if group not in GROUPS:
-            raise ValueError(f"unknown group {group!r}; groups are {GROUPS}")
+        if group not in GROUPS and group != VERSIONS_GROUP:
+            raise ValueError(f"unknown group {group!r}; groups are {GROUPS + (VERSIONS_GROUP,)}")
         try:
             g = self._root[group]
         except KeyError:
+            if group == VERSIONS_GROUP and not self.read_only:  # older versions' undos: made on first use
+                return self._root.require_group(group)
             raise KeyError(f"group {group!r} is missing from the zarr store") from None
         except ValueError as exc:  # an empty or damaged zarr.json (JSONDecodeError is a ValueError)
             raise metadata_file_error(self._root.store, group, exc) from exc
@@ -219,6 +235,7 @@ class ZarrBackend:
         self._arrays[(group, name)] = arr
         return arr
 
+    @_whole
     def create_array(self, group, name, *, shape, dtype, chunks=None, codec=None, shards=None, fill_value=None):
         self._check_writable()
         g = self._group(group)
@@ -250,6 +267,7 @@ class ZarrBackend:
             **kwargs,
         )
 
+    @_whole
     def delete_array(self, group, name):
         self._check_writable()
         self.get_array(group, name)  # KeyError when missing; (re)caches the handle ...
@@ -260,6 +278,7 @@ class ZarrBackend:
         else:  # no directory to remove at once: metadata first, so a cut delete leaves no half array visible
             delete_prefix(g.store, f"{g.path}/{name}" if g.path else name)
 
+    @_whole
     def rename_array(self, group, src, dst):
         self._check_writable()
         self.get_array(group, src)
@@ -317,6 +336,7 @@ class ZarrBackend:
     def codec(self, group, name):
         return codec_of_array(self.get_array(group, name))
 
+    @_whole
     def resize(self, group, name, n_rows):
         self._check_writable()
         arr = self.get_array(group, name)
@@ -340,6 +360,7 @@ class ZarrBackend:
         else:
             self._readers.pop((group, name), None)
 
+    @_whole
     def write(self, group, name, start, values):
         self._check_writable()
         arr = self.get_array(group, name)
@@ -352,6 +373,11 @@ class ZarrBackend:
         writer = self._writer(key, arr)
         if writer is not None and (writer.write(start, values) or self._rewrite_objects(key, arr, writer, start, values)):
             self._forget(key, start, stop)
+            return
+        done = self._append_to_partial_gop(key, start, values)  # a video chunk's committed frames stay as stored
+        if done:
+            if done < len(values):
+                self.write(group, name, start + done, values[done:])
             return
         self._readers.pop(key, None)  # zarr-python may have rewritten any object
         arr[start:stop] = values
@@ -427,22 +453,6 @@ class ZarrBackend:
         done.set_result(True)
         return done
 
-    def copy_stored(self, src: Any, src_group: str, src_name: str, group: str, name: str, n_rows: int) -> bool:
-        """Optional protocol verb: fill the new, empty array ``group/name`` with the stored objects of
-        ``src``'s ``src_group/src_name`` (another zarr backend) holding its first ``n_rows`` rows, byte
-        for byte, when both arrays have the same codecs, chunks and shards (:mod:`.object_copy`).
-        False, nothing written, when that does not hold: the caller copies rows."""
-        if not isinstance(src, ZarrBackend):
-            return False
-        self._check_writable()
-        src._settle((src_group, src_name))
-        from .object_copy import copy_objects
-
-        done = copy_objects(src.get_array(src_group, src_name), self.get_array(group, name), n_rows)
-        if done:
-            self._readers.pop((group, name), None)
-        return done
-
     def _settle(self, key: tuple[str, str], lo: int = 0, hi: int | None = None) -> None:
         """Wait for the background writes of ``key`` overlapping rows ``[lo, hi)`` (all when ``hi``
         is None) and forget every finished one.  Their errors stay with their futures."""
@@ -514,9 +524,19 @@ class ZarrBackend:
             return reader.read_rows_async(rows, out)
         return RowsRead(value=read_rows_via_ranges(self, group, name, rows, out))
 
-    def get_attrs(self, group):
-        return dict(self._group(group).attrs)
+    def read_rows_resized(self, group: str, name: str, rows: np.ndarray, out: np.ndarray, fr: Any) -> np.ndarray | None:
+        """Optional protocol method: :meth:`read_rows` of camera frames cropped and resized as ``fr``
+        says, each codec its cheapest way (``ChunkReader.read_rows_resized``); None where the fast
+        reader does not read the array (the buffer then resizes full frames)."""
+        if self._pending and np.size(rows):
+            self._settle((group, name), int(np.min(rows)), int(np.max(rows)) + 1)
+        reader = self._reader(group, name)
+        return None if reader is None else reader.read_rows_resized(rows, out, fr)
 
+    def get_attrs(self, group):  # without the token a writer taking over stamps in (fenced_store.FENCE_ATTR)
+        return {k: v for k, v in self._group(group).attrs.items() if k != "replaybuf_writer"}
+
+    @_whole
     def set_attrs(self, group, attrs: Mapping[str, Any]):
         self._check_writable()
         self._group(group).attrs.update(dict(attrs))
@@ -526,39 +546,10 @@ class ZarrBackend:
         self.settle_writes()
 
     def remove_debris(self, group: str) -> list[str]:
-        """Delete what a killed process leaves in ``group``: members that are no zarr node (on a
-        ``LocalStore``, subdirectories without metadata and ``*.partial`` files of zarr's atomic
-        writes; elsewhere, prefixes without metadata: an array whose deletion or copy
-        (:func:`~replaybuf_zarr.members.rename_member`) was cut short).  Returns the removed names.
-        Only for writers holding the store's writer lock or lease."""
+        """Delete what a killed process leaves in ``group`` (:func:`~replaybuf_zarr.members.remove_debris`);
+        returns the removed names.  Only for writers holding the store's writer lock or lease."""
         self._check_writable()
-        local = local_root(self._root.store)
-        g = self._group(group)
-        if local is None:
-            return self._remove_object_debris(g)
-        base = local / g.path if g.path else local
-        removed = []
-        for entry in sorted(base.iterdir()) if base.is_dir() else []:
-            if entry.is_dir() and not any((entry / m).exists() for m in ("zarr.json", ".zarray", ".zgroup")):
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry.name)
-            elif entry.is_file() and entry.name.endswith(".partial"):
-                entry.unlink(missing_ok=True)
-                removed.append(entry.name)
-        return removed
-
-    def _remove_object_debris(self, g: zarr.Group) -> list[str]:
-        store = g.store
-        base = f"{g.path}/" if g.path else ""
-        removed = []
-        for child in list_children(store, g.path):
-            if is_metadata_key(child):
-                continue
-            prefix = base + child.rstrip("/")
-            if not any(sync(store.exists(f"{prefix}/{m}")) for m in METADATA_NAMES):
-                delete_prefix(store, prefix)
-                removed.append(child.rstrip("/"))
-        return removed
+        return remove_debris(self._group(group), local_root(self._root.store))
 
     def lock_path(self) -> Path | None:
         """The directory of a ``LocalStore`` root (where the writer lock goes), else None."""
@@ -568,23 +559,32 @@ class ZarrBackend:
         """``(path or URL, storage_options)`` another process opens this store by (Dask workers);
         None for a store in memory or in a ``.zip``.  A local path is absolute: workers need not
         share this process's working directory."""
-        from .object_store import store_options, store_url
-
         sub, local = self._root.path, local_root(self._root.store)
         if local is not None:
             return str((local / sub if sub else local).absolute()), None
         url = store_url(self._root.store)
         return None if url is None else (f"{url}/{sub}" if sub else url, store_options(self._root.store))
 
+    def hold_version(self, version_id: int) -> Any:
+        """A reader's hold of a version against ``gc`` on object storage (:mod:`.reader_holds`), else None."""
+        return reader_holds.hold_version(self._root.store, version_id)
+
+    def held_versions(self) -> dict[int, list[str]]:
+        """On object storage, version id -> the live readers holding it (:mod:`.reader_holds`), else {}."""
+        return reader_holds.held_versions(self._root.store)
+
     def acquire_writer_lease(self) -> Any:
-        """On object storage, the writer's lease (:mod:`.lease`; ``.release()`` drops it, ``.check()`` fences a commit),
-        else None.  Raises StoreLockedError naming the holder of a foreign lease."""
-        from .lease import acquire_lease
-        from .object_store import store_url
+        """On object storage, the writer's lease (:mod:`.lease`: ``.release()``, ``.check()`` fences a commit; every
+        write is then conditional: :mod:`.fenced_store`), else None.  StoreLockedError names a foreign holder."""
+        from .lease import take_lease
 
         if self.read_only or store_url(self._root.store) is None:
             return None
-        return acquire_lease(self._root.store)
+        lease, stamped = take_lease(self._root)
+        if stamped:  # every zarr.json now carries this writer's token: forget the copies read before
+            self._root = zarr.open_group(self._root.store, path=self._root.path, mode="r+")
+            self._arrays.clear(), self._readers.clear(), self._writers.clear(), self._listing.clear()
+        return lease
 
     def close(self):
         self.settle_writes()

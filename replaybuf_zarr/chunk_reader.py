@@ -31,13 +31,16 @@ from .chunk_cache import ChunkCache
 from .fetcher import Fetcher
 from .layout import ChunkKeys, ShardLayout, chunk_layout
 from .object_reads import Replaced
-from .pool import _CPUS, PARALLEL_MIN, SharedMap, parallel_map
-from .spec_codecs import array_decoder, crc32c
+from .pool import PARALLEL_MIN, parallel_map
+from .row_gather import ROW_COPY_BYTES, RowGather
+from .spec_codecs import array_decoder, array_resized_decoder, array_row_decoder, crc32c
 
 _EMPTY = 2**64 - 1  # offset and nbytes of a chunk a shard does not hold
 #: on object stores, inner chunks of one shard closer than this (bytes) are fetched by one range request
 COALESCE_GAP = 1 << 20
-class ChunkReader:
+
+
+class ChunkReader(RowGather):
     """Reads row ranges of one zarr array through its chunks; build it with :func:`make_reader`.
 
     ``read(start, stop)`` returns exactly what ``array[start:stop]`` returns in zarr-python (dtype,
@@ -46,7 +49,7 @@ class ChunkReader:
 
     def __init__(self, arr: zarr.Array, fetcher: Fetcher, cache: ChunkCache, cache_id: Any,
                  chunk_shape: tuple[int, ...], decode: Callable, shard: ShardLayout | None,
-                 keys: ChunkKeys):
+                 keys: ChunkKeys, decode_rows: Callable | None = None, decode_resized: Callable | None = None):
         self.shape = tuple(arr.shape)
         self.dtype = arr.dtype if isinstance(arr.dtype, np.dtype) else np.dtype(arr.dtype)
         self.fill_value = arr.fill_value if arr.fill_value is not None else 0
@@ -57,6 +60,11 @@ class ChunkReader:
         self._cache = cache
         self._cache_id = cache_id
         self._decode = decode
+        #: ``(bytes, rows) -> frames`` for codecs that decode some rows of a chunk for less than all
+        #: (video: a GOP up to the last frame wanted); None: whole chunks only
+        self._decode_rows = decode_rows
+        #: ``(bytes, rows, FrameResize) -> frames`` of frame codecs (each decodes smaller its own way)
+        self._decode_resized = decode_resized
         self._shard = shard
         self._index_cache: dict[tuple[int, ...], list | None] = {}
         self._keys: dict[tuple[int, ...], str] = {}
@@ -66,6 +74,11 @@ class ChunkReader:
         self._inner_coords = list(np.ndindex(*self._inner_grid)) if self._inner_grid else [()]
         #: one chunk spans whole rows (every frame codec's layout): a row range is copied chunk by chunk
         self._whole_rows = tuple(chunk_shape[1:]) == tuple(self.shape[1:])
+        #: chunks a batch read must touch to decode them on the pool: camera-sized frames of a frame
+        #: codec cost a millisecond or more each (640x480: JPEG ~0.8 ms, a GOP of video several), so
+        #: two already pay for the hand-off; small chunks need more to be worth it
+        frame_bytes = int(np.prod(chunk_shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        self._parallel_min = 2 if decode_resized is not None and frame_bytes >= ROW_COPY_BYTES else PARALLEL_MIN
         self._pinned: np.ndarray | None = None
         self._generation = 0  # bumped by forget(): decoded chunks fetched before are not cached
         self._lock = threading.Lock()  # forget() against _keep()/_shard_index() in reader threads
@@ -280,9 +293,13 @@ class ChunkReader:
         try:
             return self._decode(raw)
         except Exception as exc:
-            c0 = self.chunk_shape[0]
-            where = f"chunk {coords} (rows {coords[0] * c0}..{(coords[0] + 1) * c0 - 1})" if coords else "a chunk"
-            raise CorruptStoreError(f"{self._prefix.rstrip('/') or 'array'}: {where} does not decode: {exc}") from exc
+            raise self._undecodable(coords, exc) from exc
+
+    def _undecodable(self, coords: tuple[int, ...], exc: Exception) -> CorruptStoreError:
+        """The error for chunk ``coords`` whose bytes do not decode: naming the array, the chunk and its rows."""
+        c0 = self.chunk_shape[0]
+        where = f"chunk {coords} (rows {coords[0] * c0}..{(coords[0] + 1) * c0 - 1})" if coords else "a chunk"
+        return CorruptStoreError(f"{self._prefix.rstrip('/') or 'array'}: {where} does not decode: {exc}")
 
     def _fetch_and_decode(self, coords: tuple[int, ...]) -> np.ndarray:
         return self._decode_or_fill(self._raw_chunk(coords), coords)
@@ -405,108 +422,6 @@ class ChunkReader:
         return out
 
 
-    def read_rows(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Gather ``rows`` (int array of any shape, ``0 <= row < shape[0]``) into ``out`` (shape
-        ``rows.shape + shape[1:]``, may be a strided view): every chunk touched is decoded once (in
-        parallel when many) and its rows are copied straight into ``out`` — no intermediate arrays."""
-        return self.read_rows_async(rows, out).result()
-
-    def read_rows_async(self, rows: np.ndarray, out: np.ndarray) -> RowsRead:
-        """Start :meth:`read_rows`: when many chunks must be decoded, pool helpers start decoding now
-        and ``result()`` of the returned :class:`RowsRead` joins them (decoding what is left on the
-        calling thread), fills ``out`` and returns it.  Leave ``out`` alone until then."""
-        rows = np.asarray(rows, dtype=np.int64)
-        simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
-        if rows.size == 0 or self._pinned is not None or not simple:
-            return RowsRead(value=self._read_rows_other(rows, out))
-        c0 = self.chunk_shape[0]
-        inner = self._inner_coords[0]
-        t = rows.reshape(-1) // c0
-        uniq = np.unique(t)
-        got: dict[tuple[int, ...], np.ndarray] = {}
-        missing = []
-        for u in uniq.tolist():
-            c = (u,) + inner
-            hit = self._cache.get((self._cache_id, c))
-            if hit is None:
-                missing.append(c)
-            else:
-                got[c] = hit
-        if len(missing) < PARALLEL_MIN or _CPUS < 2:
-            got.update(self.chunks(missing))
-            return RowsRead(value=self._scatter(rows, t, uniq, got, out))
-        generation = self._generation
-        job = SharedMap(self._fetch_and_decode, missing, _CPUS - 1)
-
-        def finish() -> np.ndarray:
-            decoded = job.join()
-            for c, d in zip(missing, decoded):
-                d.flags.writeable = False  # cached and handed out as views
-                got[c] = d
-            self._keep(generation, missing, decoded)
-            return self._scatter(rows, t, uniq, got, out)
-
-        return RowsRead(finish=finish)
-
-    def _read_rows_other(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Empty, pinned, or chunks split along other axes (through ``read_ranges``)."""
-        if rows.size == 0:
-            return out
-        if self._pinned is not None:
-            out[...] = self._pinned[rows]
-            return out
-        from replaybuf_core.protocol import read_rows_via_ranges
-
-        return read_rows_via_ranges(_ReaderAsStore(self), "data", "", rows, out)
-
-    def _scatter(self, rows: np.ndarray, t: np.ndarray, uniq: np.ndarray, got: dict, out: np.ndarray) -> np.ndarray:
-        """Copy each row from its decoded chunk (``got``: chunk coordinates → chunk) into ``out``."""
-        c0 = self.chunk_shape[0]
-        inner = self._inner_coords[0]
-        if len(self.shape) > 1 and self.chunk_shape[1:] != self.shape[1:]:
-            cut = (slice(None),) + tuple(slice(0, s) for s in self.shape[1:])
-            got = {k: v[cut] for k, v in got.items()}
-        flat_rows = rows.reshape(-1)
-        index = np.unravel_index(np.arange(flat_rows.size), rows.shape)
-        if c0 == 1:  # one row a chunk (camera frames): a copy per row
-            for ti, pos in zip(t.tolist(), zip(*(ix.tolist() for ix in index))):
-                out[pos] = got[(ti,) + inner][0]
-            return out
-        order = np.argsort(t, kind="stable")
-        bounds = np.searchsorted(t[order], uniq, side="right")
-        lo = 0
-        for u, hi in zip(uniq.tolist(), bounds.tolist()):
-            sel = order[lo:hi]
-            out[tuple(ix[sel] for ix in index)] = got[(u,) + inner][flat_rows[sel] - u * c0]
-            lo = hi
-        return out
-
-
-class RowsRead:
-    """A row read in progress (:meth:`ChunkReader.read_rows_async`): ``result()`` completes it once
-    and returns the filled array (later calls return it again)."""
-
-    def __init__(self, finish: Callable[[], np.ndarray] | None = None, value: np.ndarray | None = None):
-        self._finish = finish
-        self._value = value
-
-    def result(self) -> np.ndarray:
-        if self._finish is not None:
-            finish, self._finish = self._finish, None
-            self._value = finish()
-        return self._value
-
-
-class _ReaderAsStore:
-    """Adapts one reader to the ``read_ranges`` verb (for :func:`read_rows_via_ranges`)."""
-
-    def __init__(self, reader: ChunkReader):
-        self._r = reader
-
-    def read_ranges(self, group, name, starts, stops):
-        return self._r.read_ranges(starts, stops)
-
-
 def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReader | None:
     """A :class:`ChunkReader` for ``arr``, or None when its layout, codecs or store are not supported
     (the layout is read from the array's ``zarr.json`` / ``.zarray``: :func:`~.layout.chunk_layout`)."""
@@ -523,4 +438,6 @@ def make_reader(arr: zarr.Array, cache: ChunkCache, cache_id: Any) -> ChunkReade
     decode = array_decoder(layout.codecs, layout.chunk_shape, dtype)
     if decode is None:
         return None
-    return ChunkReader(arr, fetcher, cache, cache_id, layout.chunk_shape, decode, layout.shard, layout.keys)
+    return ChunkReader(arr, fetcher, cache, cache_id, layout.chunk_shape, decode, layout.shard, layout.keys,
+                       array_row_decoder(layout.codecs, layout.chunk_shape, dtype),
+                       array_resized_decoder(layout.codecs, layout.chunk_shape, dtype))

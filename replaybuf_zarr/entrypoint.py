@@ -18,6 +18,7 @@ from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_PERSISTENT, CAP_
 
 from .backend import ZarrBackend
 from .members import metadata_file_error
+from .zarr_compat import start_io_loop
 
 __all__ = ["ZarrEntrypoint", "open_store"]
 
@@ -96,6 +97,7 @@ class ZarrEntrypoint(BackendEntrypoint):
         return isinstance(obj, (zarr.Group, Store)) or _looks_like_zarr_path(obj)
 
     def open(self, obj: Any, *, read_only: bool = False, storage_options: dict | None = None) -> ZarrBackend:
+        start_io_loop()
         if isinstance(obj, zarr.Group):
             if read_only and not obj.store.read_only:
                 obj = zarr.open_group(obj.store.with_read_only(True), path=obj.path, mode="r")
@@ -127,6 +129,7 @@ class ZarrEntrypoint(BackendEntrypoint):
                **kwargs: Any) -> ZarrBackend:
         from zarr.storage import MemoryStore
 
+        start_io_loop()
         unknown = sorted(set(kwargs) - {"storage_options"})
         if unknown:  # e.g. path=...: silently ignored, it made an in-memory store instead
             raise TypeError(f"the zarr backend's create takes no argument(s) {unknown}; the store (a path, URL or "
@@ -179,17 +182,20 @@ class ZarrEntrypoint(BackendEntrypoint):
         return _GroupAsData(group)
 
     def break_lock(self, location: Any, *, storage_options: dict | None = None, force: bool = False) -> str | None:
-        """Break the writer lease a dead writer left on the object-storage store at ``location``;
-        returns who held it (None: no lease).  See :func:`~replaybuf_zarr.lease.break_lease`.
+        """Break the writer lock of the store at ``location``; returns who held it (None: nobody).
+        On object storage the lease (:func:`~replaybuf_zarr.lease.break_lease`: a lapsed one, a dead
+        writer's, any with ``force``); in a local directory the lock of a live process, only with
+        ``force``, by ending that process (:func:`replaybuf_core.locking.break_lock`: a dead writer's
+        lock is gone with it).
 
         Raises:
-            ValueError: ``location`` is a local path (its lock ends with the process that holds it).
-            StoreLockedError: the lease has not lapsed and its holder is not known dead, and ``force``
-                is False.
+            StoreLockedError: a live writer's lock or an unlapsed lease and ``force`` is False (the
+                message names the holder), or a local holder that cannot be ended from here.
         """
         if not is_object_url(location):
-            raise ValueError(f"{location}: a local store's writer lock ends with the process holding it; there is "
-                             "no lease to break (unlock is for s3:// gs:// az:// stores)")
+            if storage_options:
+                raise ValueError(f"storage_options are for object-storage URLs, not {location!r}")
+            return locking.break_lock(Path(local_path(location, "store")), force=force)
         from .lease import break_lease
 
         return break_lease(os.fspath(location), storage_options=storage_options, force=force)

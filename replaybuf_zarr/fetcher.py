@@ -36,7 +36,7 @@ class Fetcher:
             self.mapping = memory_store_dict(store)
         elif type(store).__name__ == "ObjectStore" and hasattr(store, "store"):  # zarr's, over obstore
             self.kind = "object"
-            self.objects = ObjectFetcher(store.store)
+            self.objects = ObjectFetcher(store.store, getattr(store, "replaybuf_local_cache", None))
         else:
             raise TypeError("unsupported store")
 
@@ -46,8 +46,11 @@ class Fetcher:
             FILES.release_all(owner=self._owner)
 
     def __del__(self) -> None:
+        # no lock here: the garbage collector may run this inside the file pool's lock (FILES.open
+        # allocating), in the same thread — a lock taken here hung the test suite for ever
         try:
-            self.close()
+            if getattr(self, "kind", None) == "local":
+                FILES.release_later(self._owner)
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
 

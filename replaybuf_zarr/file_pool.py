@@ -60,10 +60,23 @@ class _FilePool:
         self._versions: dict[str, int] = {}  # per path: how many times it was forgotten (replaced)
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        #: owners gone without a lock taken (a reader's finalizer): their files are retired by the next
+        #: call that takes the lock.  A finalizer runs wherever the garbage collector does — possibly
+        #: inside this pool's lock, in this very thread — so it must not take the lock (it hung for ever)
+        self._gone: list[int] = []
 
-    def _check_fork(self) -> None:
+    def _check_fork(self) -> None:  # under the lock; also retires the files of owners gone meanwhile
         if self._pid != os.getpid():  # the parent's descriptors are not ours to close
             self._open, self._pid = OrderedDict(), os.getpid()
+        while self._gone:
+            owner = self._gone.pop()
+            for key in [k for k in self._open if k[0] == owner]:
+                self._retire(self._open.pop(key))
+
+    def release_later(self, owner: int) -> None:
+        """:meth:`release_all` of ``owner`` without taking the lock: safe in a finalizer (``__del__``),
+        which may run while this thread holds the lock.  Done by the next call that takes it."""
+        self._gone.append(owner)
 
     def open(self, owner: int, path: str) -> _FileHandle | None:
         """``owner``'s file at ``path`` (opened now if needed), *acquired* for one read — give it back
@@ -83,6 +96,7 @@ class _FilePool:
             return None
         h = _FileHandle(fd)
         with self._lock:
+            self._check_fork()
             h.users = 1
             if self._versions.get(path, 0) != version:
                 h.retired = True  # replaced while we opened it (a writer thread): good for this read only
@@ -135,6 +149,7 @@ class _FilePool:
     def open_count(self) -> int:
         """Descriptors the pool holds open (for tests and diagnostics)."""
         with self._lock:
+            self._check_fork()
             return len(self._open)
 
     @staticmethod

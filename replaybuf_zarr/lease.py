@@ -23,12 +23,20 @@ and Azure through their generation / ETag preconditions — obstore's ``mode="cr
   duration less a margin (:data:`SAFETY_SECONDS`).  A writer whose lease was broken (``unlock
   --force``), taken over after it expired (a process paused past its lease), or could not be renewed
   (the endpoint unreachable) fails its next commit with ``StoreLockedError`` instead of writing beside
-  another writer.  What remains is the moment between that check and the commit's PUT: another
-  writer can enter it only through a forced break, since an expiry is not seen before the renewal
-  deadline the check enforces (clocks on the two hosts assumed to agree within the margin).
+  another writer.  What it had under way when it was paused is the next point's job.
+* **Writes a paused writer had in flight.** A check before a write cannot stop a write already
+  under way when the process was paused (SIGSTOP, a VM frozen) past its lease.  So every write of a
+  writer holding a lease is itself conditional (:mod:`.fenced_store`): a PUT carries the ETag of the
+  object as this writer last wrote or read it (read: only after a check younger than the read), and
+  the writer that takes over a lapsed or broken lease first rewrites every ``zarr.json`` with its own
+  token (:func:`~replaybuf_zarr.fenced_store.stamp_metadata`): what the paused writer sends later
+  fails at the server.  A broken lease is left as a *tombstone* (``"broken": true``, lapsed) so that
+  the next writer knows to do so.  Checks and renewals are counted (:attr:`Lease.vouched`) to tell
+  a read made before a check from one made after it.
 * **Giving it back.** Closing the buffer stops the heartbeat and deletes the lease if it still holds
-  our token.  Within one process, writable opens of one URL share the lease (reference counted), as
-  the local writer lock does.
+  our token (a tombstone instead while the store is not yet fenced against a writer it replaced).
+  Within one process, writable opens of one URL share the lease (reference counted), as the local
+  writer lock does.
 
 A PUT whose reply was lost (an error other than "already exists") is settled by reading the lease
 back: our token means we hold it, so a lost reply to a successful PUT never looks like a foreign writer.
@@ -50,8 +58,8 @@ from replaybuf_core.locking import process_running
 
 from .object_store import _obstore, describe_failure, open_object_store, store_url
 
-__all__ = ["Lease", "acquire_lease", "break_lease", "release_all_leases", "lease_seconds", "LEASE_NAME",
-           "LEASE_SECONDS", "SAFETY_SECONDS"]
+__all__ = ["Lease", "acquire_lease", "take_lease", "break_lease", "release_all_leases", "lease_seconds",
+           "LEASE_NAME", "LEASE_SECONDS", "SAFETY_SECONDS"]
 
 LEASE_NAME = ".replaybuf.lease"
 #: how long a lease lasts without a renewal (seconds); ``REPLAYBUF_LEASE_SECONDS`` overrides it
@@ -93,6 +101,15 @@ def _body(token: str, created: float, ttl: float, now: float) -> bytes:
                        "expires_unix": now + ttl}).encode()
 
 
+def _tombstone(why: str) -> bytes:
+    """A broken lease: lapsed (any writer takes it over) and marked, so that the writer taking it
+    over fences the store against the one that held it (module docstring)."""
+    now = time.time()
+    return json.dumps({"token": None, "broken": True, "why": why, "host": socket.gethostname(),
+                       "pid": os.getpid(), "created_unix": now,
+                       "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "expires_unix": 0}).encode()
+
+
 class Lease:
     """A held writer lease (see the module docstring): renewed in the background until
     :meth:`release`; :meth:`check` is the fence a commit passes first."""
@@ -103,6 +120,12 @@ class Lease:
         self._e_tag, self._created, self.ttl = e_tag, created, float(ttl)
         self._renewed_at = renewed_at  # time.monotonic() just before the last successful PUT
         self._lost: str | None = None
+        self._seq = 0  # checks and renewals begun (each numbered when it begins)
+        self._vouched = 0  # the number of the latest one that succeeded
+        #: True while another writer may still be paused with writes in flight (this lease replaced
+        #: a lapsed or broken one) and the store's metadata is not stamped yet (``fenced_store``)
+        self.stale_writer_possible = False
+        self.released = False  #: True once the last reference let go (the stores it fenced write unfenced again)
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeat, name=f"replaybuf-lease {url}", daemon=True)
@@ -123,6 +146,8 @@ class Lease:
         with self._mutex:
             if self._lost is not None:
                 return False
+            self._seq += 1
+            seq = self._seq
             t = time.monotonic()
             body = _body(self.token, self._created, self.ttl, time.time())
             try:
@@ -136,7 +161,7 @@ class Lease:
             except Exception as exc:  # noqa: BLE001 - the endpoint may come back before the lease runs out
                 logger.warning("%s: could not renew the writer lease (%s); retrying", self.url, type(exc).__name__)
                 return False
-            self._e_tag, self._renewed_at = _e_tag(res), t
+            self._e_tag, self._renewed_at, self._vouched = _e_tag(res), t, seq
             return True
 
     def _heartbeat(self) -> None:
@@ -152,6 +177,8 @@ class Lease:
                 (the lease may have lapsed and been taken).  Nothing is written after it.
         """
         with self._mutex:  # no renewal between the HEAD and the comparison with our ETag
+            self._seq += 1
+            seq = self._seq
             age = time.monotonic() - self._renewed_at
             if self._lost is None and age > self.ttl - self._margin():
                 self._lost = (f"the lease {self.path} was last renewed {age:.1f} s ago; it lasts {self.ttl:.0f} s, "
@@ -165,14 +192,34 @@ class Lease:
                 if meta is None or (self._e_tag is not None and _e_tag(meta) != self._e_tag):
                     self._lost = (f"the lease {self.path} is no longer this writer's (broken with replaybuf "
                                   "unlock --force, or taken over after it expired)")
+            if self._lost is None:
+                self._vouched = seq
         if self._lost is not None:
             raise StoreLockedError(f"{self.url}: this writer lost its lease, so nothing more is committed: "
                                    f"{self._lost}. Reopen the store to go on writing (what was committed before "
                                    "stays).")
 
+    @property
+    def seq(self) -> int:
+        """How many checks and renewals have begun: a read taken when this was ``n`` is vouched for
+        by a check or renewal numbered above ``n`` that succeeded (:attr:`vouched`)."""
+        return self._seq
+
+    @property
+    def vouched(self) -> int:
+        """The number (:attr:`seq`) of the latest check or renewal that succeeded."""
+        return self._vouched
+
+    def raise_if_lost(self) -> None:
+        """StoreLockedError at once when the lease is known lost (no request)."""
+        if self._lost is not None:
+            self.check()
+
     def release(self) -> None:
         """Drop one reference; the last stops the heartbeat and deletes the lease object when it still
-        holds our token."""
+        holds our token — or, when a writer it replaced may still be paused and the store is not
+        fenced against it yet (:attr:`stale_writer_possible`), leaves a tombstone in its place, so the
+        next writer fences it."""
         with _held_lock:
             entry = _held.get(self.url)
             if entry is None or entry[0] is not self:
@@ -181,12 +228,18 @@ class Lease:
             if entry[1] > 0:
                 return
             del _held[self.url]
+        self.released = True
         self._stop.set()
         obstore = _obstore()
         try:
-            if _read(self._store, obstore)[0].get("token") == self.token:
-                obstore.delete(self._store, LEASE_NAME)
-        except FileNotFoundError:
+            info, tag = _read(self._store, obstore)
+            if info.get("token") == self.token:
+                if self.stale_writer_possible and tag:
+                    obstore.put(self._store, LEASE_NAME, _tombstone(f"released unfenced by pid {os.getpid()}"),
+                                mode={"e_tag": tag})
+                else:
+                    obstore.delete(self._store, LEASE_NAME)
+        except (FileNotFoundError, obstore.exceptions.PreconditionError):
             pass
         except Exception as exc:  # noqa: BLE001 - e.g. the endpoint is gone: the lease stays (and lapses), named
             logger.warning("%s: could not delete the writer lease (%s: %s); it lapses by itself within %.0f s",
@@ -254,10 +307,11 @@ def acquire_lease(store: Any) -> Lease:
     created = time.time()
     t = time.monotonic()
     body = _body(token, created, ttl, created)
+    replaced = False
     try:
         res = obstore.put(inner, LEASE_NAME, body, mode="create")
     except obstore.exceptions.AlreadyExistsError:
-        res = _take_over_expired(url, inner, obstore, body)
+        res, replaced = _take_over_expired(url, inner, obstore, body)
     except Exception as exc:
         # the reply may have been lost after the PUT succeeded: our token in the lease settles it
         try:
@@ -269,13 +323,16 @@ def acquire_lease(store: Any) -> Lease:
             raise exc
         res = {"e_tag": tag}
     lease = Lease(url, inner, token, _e_tag(res), created, ttl, t)
+    lease.stale_writer_possible = replaced  # its writer may be paused, not dead: fence it (fenced_store)
     with _held_lock:
         _held[url] = [lease, 1]
     return lease
 
 
-def _take_over_expired(url: str, inner: Any, obstore, body: bytes) -> Any:
-    """Replace an expired lease (a PUT conditional on the ETag read); StoreLockedError otherwise."""
+def _take_over_expired(url: str, inner: Any, obstore, body: bytes) -> tuple[Any, bool]:
+    """Replace an expired lease or a tombstone (a PUT conditional on the ETag read): ``(the PUT's
+    result, True)``, or ``(result, False)`` when the lease was released meanwhile; StoreLockedError
+    otherwise."""
     try:
         info, tag = _read(inner, obstore)
     except FileNotFoundError:  # released meanwhile: create it again (a race with another taker is refused)
@@ -283,7 +340,7 @@ def _take_over_expired(url: str, inner: Any, obstore, body: bytes) -> Any:
     left = _expires_in(info)
     if tag is None and not info:
         try:
-            return obstore.put(inner, LEASE_NAME, body, mode="create")
+            return obstore.put(inner, LEASE_NAME, body, mode="create"), False
         except obstore.exceptions.AlreadyExistsError:
             pass
     elif left is not None and left < 0 and tag:
@@ -292,8 +349,12 @@ def _take_over_expired(url: str, inner: Any, obstore, body: bytes) -> Any:
         except (obstore.exceptions.PreconditionError, FileNotFoundError):
             pass  # another writer took it over first
         else:
-            logger.warning("%s: took over an expired writer lease (%s)", url, _holder(info))
-            return res
+            if info.get("broken"):
+                logger.info("%s: took the writer lease broken by host %s pid %s (%s)", url, info.get("host"),
+                            info.get("pid"), info.get("why"))
+            else:
+                logger.warning("%s: took over an expired writer lease (%s)", url, _holder(info))
+            return res, True
     try:
         info = _read(inner, obstore)[0]
     except FileNotFoundError:
@@ -323,7 +384,9 @@ def _alive_here(info: dict) -> bool:
 
 
 def break_lease(url: str, storage_options: dict | None = None, force: bool = False) -> str | None:
-    """Delete the lease of the store at ``url``; returns who held it (None: no lease).  Without
+    """Break the lease of the store at ``url``: replace it with a lapsed tombstone (``"broken":
+    true``), which the next writer takes over and then fences the store against the writer that held
+    it (module docstring); returns who held it (None: no lease, or one already broken).  Without
     ``force`` only a lease that cannot belong to a live writer is broken: one that has lapsed, or
     whose holder is a process of this host that is no longer running.  A live writer whose lease is
     broken with ``force`` fails its next commit (the fence), it does not write beside the next one.
@@ -336,11 +399,13 @@ def break_lease(url: str, storage_options: dict | None = None, force: bool = Fal
     obstore = _obstore()
     store = open_object_store(url, read_only=False, storage_options=storage_options)
     try:
-        info = _read(store.store, obstore)[0]
+        info, tag = _read(store.store, obstore)
     except FileNotFoundError:
         return None
     except Exception as exc:  # noqa: BLE001 - obstore's errors (endpoint, credentials, bucket): named with the URL
         raise describe_failure(url, store, exc) from exc
+    if info.get("broken"):
+        return None
     left = _expires_in(info)
     dead_here = _dead_here(info)
     if not force and not dead_here and not (left is not None and left < 0):
@@ -350,8 +415,41 @@ def break_lease(url: str, storage_options: dict | None = None, force: bool = Fal
         raise StoreLockedError(f"{url}: the lease is held by {_holder(info)} — {why}. Stop that writer, wait for "
                                "its lease to lapse, or break it with --force (force=True in Python); a live writer "
                                "then fails its next commit")
+    why = f"broken{' with force' if force else ''} by host {socket.gethostname()} pid {os.getpid()}"
     try:
-        obstore.delete(store.store, LEASE_NAME)
+        obstore.put(store.store, LEASE_NAME, _tombstone(why), **({"mode": {"e_tag": tag}} if tag else {}))
+    except (obstore.exceptions.PreconditionError, FileNotFoundError):
+        raise StoreLockedError(f"{url}: the lease changed while it was being broken (renewed, released or taken "
+                               "over); look again: replaybuf unlock") from None
     except Exception as exc:  # noqa: BLE001
         raise describe_failure(url, store, exc) from exc
     return _holder(info, lapse=False)
+
+
+def take_lease(root: Any) -> tuple[Any, bool]:
+    """Take the writer lease of the zarr group ``root`` (on a
+    :class:`~.fenced_store.FencedObjectStore`) and attach it to the store's fence; when the lease
+    replaced a lapsed or broken one, stamp the metadata first
+    (:func:`~.fenced_store.stamp_metadata`).  Returns ``(lease, stamped)``: after a stamp the caller
+    must read every node's metadata again (zarr's in-memory copies lack the token).
+
+    Raises:
+        StoreLockedError: another writer holds the lease, or lost it meanwhile.
+    """
+    from .fenced_store import stamp_metadata
+
+    store = root.store
+    lease = acquire_lease(store)
+    fence = getattr(store, "fence", None)
+    if fence is None:
+        return lease, False
+    try:
+        fence.attach(lease)
+        if not lease.stale_writer_possible:
+            return lease, False
+        stamp_metadata(store, root.path, lease.token)
+        lease.stale_writer_possible = False
+    except BaseException:
+        lease.release()
+        raise
+    return lease, True

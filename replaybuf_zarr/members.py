@@ -1,9 +1,10 @@
-"""Members of a zarr group: renaming them (zarr 3.1 has no ``move``), where a store lives on disk, and
-the errors that name a member whose metadata does not load."""
+"""Members of a zarr group: renaming them (zarr 3.1 has no ``move``), where a store lives on disk, the
+errors that name a member whose metadata does not load, and removing the debris a killed writer leaves."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +118,37 @@ def local_root(store: Any) -> Path | None:
     if isinstance(store, LocalStore):
         return Path(store.root)
     return None
+
+
+def remove_debris(g: zarr.Group, local: Path | None) -> list[str]:
+    """Delete what a killed process leaves among the members of ``g`` (its store's directory ``local``
+    when on a ``LocalStore``, else None): members that are no zarr node (on disk, subdirectories
+    without metadata and ``*.partial`` files of zarr's atomic writes; elsewhere, prefixes without
+    metadata: an array whose deletion or copy (:func:`rename_member`) was cut short).  Returns the
+    removed names."""
+    if local is None:
+        return _remove_object_debris(g)
+    base = local / g.path if g.path else local
+    removed = []
+    for entry in sorted(base.iterdir()) if base.is_dir() else []:
+        if entry.is_dir() and not any((entry / m).exists() for m in ("zarr.json", ".zarray", ".zgroup")):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+        elif entry.is_file() and entry.name.endswith(".partial"):
+            entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
+
+
+def _remove_object_debris(g: zarr.Group) -> list[str]:
+    store = g.store
+    base = f"{g.path}/" if g.path else ""
+    removed = []
+    for child in list_children(store, g.path):
+        if is_metadata_key(child):
+            continue
+        prefix = base + child.rstrip("/")
+        if not any(sync(store.exists(f"{prefix}/{m}")) for m in METADATA_NAMES):
+            delete_prefix(store, prefix)
+            removed.append(child.rstrip("/"))
+    return removed

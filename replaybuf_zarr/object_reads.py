@@ -31,12 +31,14 @@ class _Handle:
 class ObjectFetcher:
     """Reads of one obstore store (the ``store`` of zarr's ``ObjectStore``)."""
 
-    def __init__(self, store: Any):
+    def __init__(self, store: Any, cache: Any = None):
         import obstore
 
         self._ob, self._store = obstore, store
         self._count = itertools.count()
         self.requests = 0  # requests sent so far (the benchmarks report them per batch)
+        #: a :class:`~replaybuf_zarr.object_cache.LocalObjectCache` serving ranges of whole objects, or None
+        self.cache = cache
 
     def _sent(self) -> None:
         self.requests = next(self._count) + 1
@@ -72,7 +74,16 @@ class ObjectFetcher:
         """Bytes ``[start, stop)`` of the handle's version; :class:`Replaced` if it changed."""
         if stop <= start:
             return b""
-        options: dict = {"range": (int(start), int(stop))}
+        if self.cache is not None:
+            return self.cache.read(handle.key, handle.etag, int(start), int(stop), lambda: self._whole(handle))
+        return self._get(handle, (int(start), int(stop)))
+
+    def _whole(self, handle: _Handle) -> bytes:
+        """The whole object of the handle's version (one GET); :class:`Replaced` if it changed."""
+        return self._get(handle, None)
+
+    def _get(self, handle: _Handle, byte_range: tuple[int, int] | None) -> bytes:
+        options: dict = {} if byte_range is None else {"range": byte_range}
         if handle.etag:
             options["if_match"] = handle.etag
         self._sent()

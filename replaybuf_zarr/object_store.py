@@ -8,7 +8,13 @@ endpoint come from ``storage_options`` or from the usual environment variables (
 ``az://``), so a local S3 server works with no code.
 
 **The writer's lease** (one writer per store, an expiry renewed by a heartbeat, a fence before every
-commit) is :mod:`replaybuf_zarr.lease`.
+commit) is :mod:`replaybuf_zarr.lease`; a writable open's store is a
+:class:`~replaybuf_zarr.fenced_store.FencedObjectStore`, whose writes are conditional once it holds
+the lease (what a writer paused past its lease still sends fails at the server).
+
+**A node's local cache** of whole objects (read-only opens; ``storage_options`` keys
+``replaybuf_cache_dir`` / ``replaybuf_cache_bytes`` or the ``REPLAYBUF_OBJECT_CACHE_*`` environment):
+:mod:`replaybuf_zarr.object_cache`.
 """
 
 from __future__ import annotations
@@ -57,13 +63,19 @@ def open_object_store(url: str, *, read_only: bool, storage_options: dict | None
     obstore = _obstore()
     from zarr.storage import ObjectStore
 
+    from .fenced_store import FencedObjectStore
+    from .object_cache import cache_from_options
+
+    local_cache, obstore_options = cache_from_options(url, storage_options, read_only)
     try:
-        inner = obstore.store.from_url(url, **dict(storage_options or {}))
+        inner = obstore.store.from_url(url, **dict(obstore_options or {}))
     except (TypeError, ValueError, obstore.exceptions.BaseError) as exc:
         raise ValueError(f"{url}: cannot configure the object store: {type(exc).__name__}: {exc}") from exc
-    store = ObjectStore(inner, read_only=read_only)
+    # a writable open's writes become conditional once it holds the lease (a paused writer's fence)
+    store = ObjectStore(inner, read_only=True) if read_only else FencedObjectStore(inner)
     store.replaybuf_url = url.rstrip("/")
     store.replaybuf_storage_options = dict(storage_options) if storage_options else None
+    store.replaybuf_local_cache = local_cache  # whole objects kept on local disk (object_cache.py), or None
     return store
 
 

@@ -63,7 +63,11 @@ class SharedMap:
         self._next = 0
         self._running = 0
         self._grab = max(1, min(4, n // (8 * _CPUS)))  # items per take: fewer lock round trips
-        self._cond = threading.Condition()
+        # entered as the plain lock (its __enter__ is C): a Ctrl-C inside Condition.__enter__ (Python
+        # code) could land after the acquire and before the with block, leaving the lock held and
+        # every helper waiting on it for ever — and the interpreter's exit joining them
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         pool = codec_pool()
         for _ in range(min(helpers, n)):
             pool.submit(self._work)
@@ -71,7 +75,7 @@ class SharedMap:
     def _work(self) -> None:
         fn, items, out, n = self._fn, self._items, self._out, len(self._items)
         while True:
-            with self._cond:
+            with self._lock:
                 if self._errors or self._next >= n:
                     return
                 lo = self._next
@@ -83,14 +87,14 @@ class SharedMap:
             except BaseException as exc:  # re-raised by join()
                 self._errors.append(exc)
             finally:
-                with self._cond:
+                with self._lock:
                     self._running -= 1
                     self._cond.notify_all()
 
     def join(self) -> list[Any]:
         """Compute what is left, wait for the items being computed; the results (or the first error)."""
         self._work()
-        with self._cond:
+        with self._lock:
             self._cond.wait_for(lambda: self._running == 0)
         if self._errors:
             raise self._errors[0]

@@ -35,5 +35,6 @@ def delete_object_store(url: str, storage_options: dict | None = None) -> int:
         for key in order:
             sync(store.delete(key))
     finally:
+        lease.stale_writer_possible = False  # nothing is left to fence
         lease.release()  # deletes the lease object: nothing of the store is left
     return len(order)

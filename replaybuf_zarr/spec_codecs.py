@@ -13,6 +13,7 @@ the bytes, appended); the v2 spec for ``.zarray`` compressors (numcodecs configu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numcodecs
@@ -173,6 +174,45 @@ def array_decoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ..
         for d in decoders:
             data = d(data)
         return to_array(data)
+
+    return decode
+
+
+def array_row_decoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ...],
+                      dtype: np.dtype) -> Callable[[Any, Sequence[int]], np.ndarray] | None:
+    """``(bytes, rows) → ndarray (len(rows), *chunk_shape[1:])`` — only some rows of a chunk — for a
+    chain whose serializer is a frame codec that decodes rows on their own for less than the whole
+    chunk (the video codec: GOPs decoded up to the last frame wanted), with no compressor after it;
+    else None (decode whole chunks)."""
+    if len(codecs) != 1 or np.dtype(dtype) != np.uint8:
+        return None
+    frames = frame_codec(codecs[0])
+    decode_rows = getattr(frames, "decode_rows", None)
+    if decode_rows is None or getattr(frames, "frames_per_chunk", 1) <= 1:
+        return None
+    shape = tuple(int(s) for s in chunk_shape)
+
+    def decode(data: Any, rows: Sequence[int]) -> np.ndarray:
+        return decode_rows(bytes(data), shape, rows)
+
+    return decode
+
+
+def array_resized_decoder(codecs: tuple[dict[str, Any], ...], chunk_shape: tuple[int, ...],
+                          dtype: np.dtype) -> Callable[[Any, Sequence[int], Any], np.ndarray] | None:
+    """``(bytes, rows, fr) → ndarray (len(rows), fr.height, fr.width[, C])`` — rows of a chunk cropped
+    and resized as a :class:`~replaybuf_core.layout.frame_resize.FrameResize` says, each frame codec
+    its cheapest way (``decode_resized``) — for a chain whose serializer is a frame codec with no
+    compressor after it; else None."""
+    if len(codecs) != 1 or np.dtype(dtype) != np.uint8:
+        return None
+    frames = frame_codec(codecs[0])
+    if frames is None:
+        return None
+    shape = tuple(int(s) for s in chunk_shape)
+
+    def decode(data: Any, rows: Sequence[int], fr: Any) -> np.ndarray:
+        return frames.decode_resized(bytes(data), shape, list(rows), fr)
 
     return decode
 

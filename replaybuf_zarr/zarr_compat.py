@@ -5,7 +5,8 @@ needs have no public synchronous form in every supported zarr (3.1.3 … 3.4.x),
 each with a fallback, and nothing else in replaybuf imports ``zarr.core``:
 
 - :func:`sync` runs a store coroutine on zarr's own event loop (``zarr.core.sync.sync``; zarr runs
-  its I/O on one background loop, and a second loop would fight it for the same store objects);
+  its I/O on one background loop, and a second loop would fight it for the same store objects;
+  :func:`start_io_loop` starts that loop whole, before a Ctrl-C can cut its start in half);
 - :func:`buffer_prototype` is the CPU buffer prototype that ``Store.get`` needs
   (``zarr.buffer.default_buffer_prototype`` from zarr 3.1.5 on, ``zarr.core.buffer`` before);
 - :func:`memory_store_dict` is the ``dict`` behind a ``MemoryStore`` (its ``_store_dict``), which
@@ -33,6 +34,19 @@ def sync(coro: Awaitable[T]) -> T:
     from zarr.core.sync import sync as _sync
 
     return _sync(coro)
+
+
+def start_io_loop() -> None:
+    """Start zarr's background event loop now, if it is not running yet, with Ctrl-C held back: zarr
+    starts it on first use, and a ``KeyboardInterrupt`` between its making the loop's thread and
+    starting it leaves a thread zarr's exit hook cannot join ("Exception ignored in atexit callback
+    ... cannot join thread before it is started")."""
+    import asyncio
+
+    from replaybuf_core.interrupts import deferred_sigint
+
+    with deferred_sigint():
+        sync(asyncio.sleep(0))
 
 
 def buffer_prototype() -> Any:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from replaybuf_core import ReplayBuffer
-from replaybuf_core.testing.diffusion_policy_client import ClientSequenceSampler, InMemoryBuffer, pusht_sample_to_data
+from replaybuf_core.testing.diffusion_policy_client import (ClientSequenceSampler, InMemoryBuffer, linear_normalizer_fit,
+                                                           pusht_normalizer_data, pusht_sample_to_data)
 
 from shared_data import PUSHT, requires_pusht
 
@@ -50,6 +51,24 @@ def test_diffusion_policy_dataset_code_reads_an_imported_store_like_its_own_buff
         assert da["obs"]["image"].dtype == np.float32  # uint8 / 255 would be float64: its model refuses that
         np.testing.assert_array_equal(da["obs"]["image"][:2], db["obs"]["image"][:2])
         np.testing.assert_array_equal(da["action"], db["action"])
+
+
+@requires_pusht
+@pytest.mark.parametrize("warm", [False, True])
+def test_diffusion_policy_normalizer_fits_an_opened_store_like_its_own_buffer(imported, warm):
+    """``PushTImageDataset.get_normalizer`` on ``create_from_path`` (cold and after ``warm``): its
+    normaliser calls ``.type()`` on whatever is not an ``np.ndarray`` (issue 47 item 5)."""
+    torch = pytest.importorskip("torch")
+    theirs = pusht_normalizer_data(InMemoryBuffer(PUSHT, KEYS, 3))
+    rb = ReplayBuffer.create_from_path(imported)
+    if warm:
+        rb.warm(KEYS)
+    ours = pusht_normalizer_data(rb)
+    assert isinstance(ours["action"], np.ndarray) and isinstance(ours["agent_pos"], np.ndarray)
+    for key in theirs:
+        for a, b in zip(linear_normalizer_fit(ours[key]), linear_normalizer_fit(theirs[key])):
+            assert a.dtype == b.dtype == torch.float32
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_a_lerobot_style_training_batch_through_default_collate(tmp_path):

@@ -93,7 +93,7 @@ def test_deleting_every_episode_needs_all(store, capsys):
 def test_an_interrupted_edit_exits_with_one_line_and_the_store_as_before(store, capsys, monkeypatch, interrupt, code,
                                                                          line):
     before = _zarr(store)
-    real_gather = editing._gather
+    real_gather = editing._runs_rows
     calls = []
 
     def interrupted_gather(*args):  # Ctrl-C while the rows move (the journal written, one block rewritten)
@@ -102,8 +102,8 @@ def test_an_interrupted_edit_exits_with_one_line_and_the_store_as_before(store, 
             raise interrupt()
         return real_gather(*args)
 
-    monkeypatch.setattr(editing, "_gather", interrupted_gather)
-    assert main(["edit", "delete", str(store), "1"]) == code
+    monkeypatch.setattr(editing, "_runs_rows", interrupted_gather)
+    assert main(["edit", "delete", str(store), "1", "--no-progress"]) == code
     assert len(calls) == 2
     out, err = capsys.readouterr()
     assert (out, err.splitlines()) == ("", [line])
@@ -111,7 +111,33 @@ def test_an_interrupted_edit_exits_with_one_line_and_the_store_as_before(store, 
     g = zarr.open_group(str(store), mode="r")
     assert editing.EDIT_JOURNAL not in {k for k, v in g["meta"].attrs.asdict().items() if v is not None}
     assert not [n for grp in ("data", "meta") for n, _ in g[grp].arrays() if n.startswith(editing.UNDO_PREFIX)]
+    assert "versions" not in g or not list(g["versions"].arrays())  # the rolled-back edit's backups: gone
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with ReplayBuffer.create_from_path(store) as ro:
             assert ro.recovery.clean and ro.n_episodes == 4
+
+
+def test_refusals_name_the_store_and_list_only_its_masks(store, capsys):
+    """An index out of range is said of the store (not of an import's "source"); a missing mask lists
+    the store's masks — bool meta arrays, one value per episode — never its statistics (``_stats.*``),
+    nor per-episode arrays of other dtypes; a store without masks says so."""
+    with ReplayBuffer(str(store)) as rb:
+        rb.get_stats()  # writes the internal meta/_stats.* arrays
+        rb.update_meta({"score": np.arange(4, dtype=np.float32)})
+        internal = [n for n in rb.store.list_arrays("meta") if n.startswith("_")]
+    assert internal  # (what the old message listed)
+    before = _zarr(store)
+    assert main(["edit", "delete", str(store), "999"]) == 2
+    err = capsys.readouterr().err
+    assert f"index 999 is out of range; the store {store} has 4 episodes (0..3)" in err and "source" not in err
+    assert main(["edit", "keep", str(store), "--mask", "train"]) == 2
+    err = capsys.readouterr().err
+    assert "no meta array 'train'" in err and "['val']" in err, err
+    assert "_stats" not in err and "score" not in err and "episode_ends" not in err, err
+    with ReplayBuffer(str(store)) as rb:
+        rb.update_meta({"val": np.array([1, 0, 1, 0], np.uint8)})  # no bool per-episode array any more
+    assert main(["edit", "keep", str(store), "--mask", "train"]) == 2
+    err = capsys.readouterr().err
+    assert "has no mask" in err and "'score'" in err and "_stats" not in err, err
+    assert _zarr(store) == before

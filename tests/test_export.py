@@ -411,3 +411,63 @@ def test_lerobot_cameras_as_png_images_come_back_bit_for_bit(lerobot_store, tmp_
         for key in ("observation.images.front", "observation.images.wrist"):
             np.testing.assert_array_equal(got[key][:], rb[key][:n])
         np.testing.assert_array_equal(frame, rb["observation.images.front"][5])
+
+
+def test_lerobot_export_says_an_invalid_fps_is_invalid(tmp_path, capsys):
+    """``--fps 0`` / ``nan`` / ``-5`` / ``inf`` are refused as invalid values (with why), not as "the
+    store records no fps"; a store that records 10 fps does not silently override ``--fps 0``; a store
+    recording an invalid fps is named as the source of the value. Nothing is written."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    store = tmp_path / "s.zarr"
+    with ReplayBuffer.create_empty("zarr", str(store)) as rb:
+        rb.add_episode({"action": np.zeros((4, 2), np.float32)})
+    out = tmp_path / "out"
+    for value in ("0", "nan", "-5", "inf"):
+        assert main(["export", "lerobot", str(store), str(out), "--task", "t", "--fps", value,
+                     "--no-progress"]) == 2, value
+        err = capsys.readouterr().err
+        assert f"--fps (fps=) is {float(value)!r}, not a frame rate" in err and "above 0" in err, err
+        assert "records no fps" not in err, err
+    with ReplayBuffer(str(store)) as rb:
+        rb.store.set_attrs("data", {**rb.store.get_attrs("data"), "fps": 10})
+    assert main(["export", "lerobot", str(store), str(out), "--task", "t", "--fps", "0", "--no-progress"]) == 2
+    assert "--fps (fps=) is 0.0, not a frame rate" in capsys.readouterr().err
+    with ReplayBuffer(str(store)) as rb:
+        rb.store.set_attrs("data", {**rb.store.get_attrs("data"), "fps": 0})
+    assert main(["export", "lerobot", str(store), str(out), "--task", "t", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "the store's recorded fps (data attribute 'fps') is 0, not a frame rate" in err and "pass --fps N" in err
+    assert not out.exists()
+    assert main(["export", "lerobot", str(store), str(out), "--task", "t", "--fps", "12.5", "--no-progress"]) == 0
+    assert json.loads((out / "meta/info.json").read_text())["fps"] == 12.5
+
+
+def test_export_and_copy_over_a_symlink_replace_the_link_and_write_nothing_into_its_target(tmp_path, capsys):
+    """``export ... LINK --overwrite`` (and ``copy``) replace the link itself: its target keeps exactly the
+    files it had — no ``.replaybuf.lock`` left in it (listed with os.walk, dotfiles included) — and the
+    export's report says the link was replaced and its target kept."""
+    store = tmp_path / "s.zarr"
+    with ReplayBuffer.create_empty("zarr", str(store)) as rb:
+        rb.add_episode({"action": np.arange(8, dtype=np.float32).reshape(4, 2)})
+
+    def listing(root):
+        return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+    for command in (["export", "diffusion-policy"], ["copy"]):
+        target = tmp_path / f"{command[0]}-target.zarr"
+        assert main(command + [str(store), str(target)] + (["--no-progress"] if command[0] == "export" else [])) == 0
+        before = {p: (target / p).read_bytes() for p in listing(target)}
+        link = tmp_path / f"{command[0]}-link.zarr"
+        os.symlink(target, link)
+        capsys.readouterr()
+        assert main(command + [str(store), str(link), "--overwrite"] +
+                    (["--no-progress"] if command[0] == "export" else [])) == 0
+        out = capsys.readouterr().out
+        assert {p: (target / p).read_bytes() for p in listing(target)} == before, command
+        assert ".replaybuf.lock" not in listing(target), command
+        assert not link.is_symlink() and link.is_dir(), command
+        if command[0] == "export":
+            assert f"{link} was a symlink to {target}: the link was replaced by the new dataset" in out, out
+            assert zarr.open_group(str(link), mode="r")["data/action"][:].tolist() == \
+                np.arange(8, dtype=np.float32).reshape(4, 2).tolist()

@@ -94,7 +94,7 @@ def test_broken_and_duplicate_formats_warn_and_the_others_stay(plugin):
 
 def test_unknown_and_unrecognised_sources_name_the_installed_formats(tmp_path, monkeypatch):
     with pytest.raises(FormatNotFoundError, match="no replaybuf import format named 'x'; installed formats: "
-                                                  "d3rlpy, diffusion-policy, lerobot, maniskill, minari, robomimic"):
+                                                  "d3rlpy, diffusion-policy, lerobot, maniskill, minari, rlds, robomimic"):
         registry.get_format("x")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FormatNotFoundError, match=r"no installed import format recognises it.*lerobot: LeRobot "

@@ -505,3 +505,34 @@ def test_robomimic_demos_of_one_number_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"data/demo_01 and data/demo_1 are both demo number 1"):
         import_dataset(src, tmp_path / "o.zarr", "robomimic", progress=False)
     assert not (tmp_path / "o.zarr").exists()
+
+
+def test_a_mask_naming_a_demo_twice_and_a_sidecar_step_count_that_disagrees_are_said(tmp_path, capsys):
+    """robomimic: ``mask/train`` naming demo_9 twice imports (membership is clear) with a note naming the
+    filter and demo; the mask marks it once (against the demo list read with h5py). ManiSkill: a sidecar
+    ``elapsed_steps`` other than the trajectory's actions is noted naming the trajectory and both
+    numbers; the trajectory's own rows are imported."""
+    from replaybuf_core.cli import main
+
+    src = write_robomimic(tmp_path / "r.hdf5")
+    with h5py.File(src, "a") as f:
+        del f["mask/train"]
+        f["mask/train"] = np.array([b"demo_0", b"demo_9", b"demo_10", b"demo_9"])
+    assert main(["import", str(src), str(tmp_path / "r.zarr"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "note: mask/train names ['demo_9'] more than once (4 entries, 3 demos)" in out, out
+    assert "meta/mask.train (one bool a demo) marks it once" in out
+    np.testing.assert_array_equal(meta(opened(tmp_path / "r.zarr"), "mask.train"), [True, False, True, True])
+
+    entries = [{"episode_id": i, "elapsed_steps": 3 + i + (4 if i == 2 else 0)} for i in (0, 1, 2)]
+    src = write_maniskill(tmp_path / "m.h5", entries=entries)
+    assert main(["import", str(src), str(tmp_path / "m.zarr"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: m.json: elapsed_steps disagrees with the trajectory's actions in 1 of 3 trajectories (traj_2: "
+            "elapsed_steps 9, 5 actions)") in out, out
+    with h5py.File(src, "r") as f:
+        lengths = [f[f"traj_{i}/actions"].shape[0] for i in (0, 1, 2)]
+    np.testing.assert_array_equal(opened(tmp_path / "m.zarr").episode_ends, np.cumsum(lengths))
+    src = write_maniskill(tmp_path / "ok.h5")  # counts that agree: nothing said
+    assert main(["import", str(src), str(tmp_path / "ok.zarr"), "--no-progress"]) == 0
+    assert "elapsed_steps" not in capsys.readouterr().out

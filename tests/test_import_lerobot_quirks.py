@@ -133,34 +133,85 @@ def test_timestamps_offset_from_the_video(tmp_path):
     assert np.array_equal(ReplayBuffer.create_from_path(tmp_path / "o.zarr")["cam"][:8], want)
 
 
+def _probed(path):
+    """(canonical codec, pix_fmt, rotation of the first frame) of a video file, read with PyAV here."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        return s.codec_context.codec.canonical_name, s.codec_context.pix_fmt, next(c.decode(s)).rotation
+
+
+def _under(summary: str, key: str) -> list[str]:
+    """The report lines under ``key``'s line, up to the next key's (indented past the key column)."""
+    lines = summary.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == [key])
+    out = []
+    for line in lines[at + 1:]:
+        if not line.startswith("   ") or line.split()[0] in ("meta:",):
+            break
+        out.append(line.strip())
+    return out
+
+
 @pytest.mark.parametrize("version", ["v2.1", "v3.0"])
-def test_ten_bit_video_and_a_display_rotation_are_said_not_dropped_silently(tmp_path, version):
-    """A 10-bit camera is stored as 8-bit RGB — as PyAV's rgb24 decode gives it (compared) — and the
-    report says so; a rotation the file asks players for is said too (PyAV's VideoFrame.rotation)."""
-    from types import SimpleNamespace
+def test_what_the_stored_frames_leave_out_is_said_once_under_each_camera(tmp_path, capsys, version):
+    """10-bit HEVC (libx265, yuv420p10le) is stored as PyAV's 8-bit rgb24 decode (compared) and a display
+    rotation is not applied: each is said once under its camera in the report — not once a file — and
+    kept in the store's import record; an MPEG-4 Part 2 camera that info.json calls h264 is named by the
+    codec its files hold (read here with PyAV), in the camera's note and the lossy-video note."""
+    from replaybuf_core.cli import main
 
-    from replaybuf_core.formats.lerobot.video import VideoReader
-
-    spec = Spec([6, 4], fps=10, cameras={"cam": Camera(16, 16, pix_fmt="yuv420p10le")})
+    spec = Spec([4, 3, 5], fps=10, episodes_per_file=2, cameras={
+        "cam.hevc": Camera(16, 16, codec="libx265", pix_fmt="yuv420p10le"),
+        "cam.rot": Camera(16, 32, rotation=90), "cam.m4": Camera(16, 16, codec="mpeg4")})
     root = write_dataset(tmp_path / "ds", spec, version)
-    report = import_dataset(root, tmp_path / "o.zarr", progress=False)
-    assert report.ok, report.summary()
-    assert [n for n in report.notes if "10-bit video (yuv420p10le)" in n and "low 2 bits" in n], report.notes
-    assert "10-bit video" in report.summary()
-    video = next(iter(sorted(root.glob("videos/**/*.mp4"))))
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["cam.m4"]["info"]["video.codec"] = "h264"  # what the issue's dataset declared
+    (root / "meta/info.json").write_text(json.dumps(info))
+    files = {cam: sorted(f for f in root.glob("videos/**/*.mp4") if cam in f.parts) for cam in spec.cameras}
+    assert {_probed(f) for f in files["cam.hevc"]} == {("hevc", "yuv420p10le", 0)}  # the fixtures are what they say
+    assert {_probed(f)[2] for f in files["cam.rot"]} == {90}
+    assert {_probed(f)[0] for f in files["cam.m4"]} == {"mpeg4"}
+    assert main(["import", str(root), str(tmp_path / "o.zarr"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert _under(out, "cam.hevc")[1:] == [
+        "note: 10-bit video (yuv420p10le): its frames are stored as 8-bit RGB (PyAV's rgb24, as LeRobot's decoders "
+        "give them too), the low 2 bits of each sample dropped"], out
+    assert _under(out, "cam.rot")[1:] == [
+        "note: its video asks players to rotate the frames by 90 degrees (display matrix); they are stored as coded, "
+        "not rotated"], out
+    assert _under(out, "cam.m4")[1:] == ["note: its video is mpeg4 (MPEG-4 part 2), not h264 as meta/info.json says"]
+    assert "were lossy when recorded (h264, hevc, mpeg4 in mp4)" in out
+    assert out.count("10-bit") == 1 and out.count("rotate the frames") == 1
     with ReplayBuffer.create_from_path(tmp_path / "o.zarr") as rb:
-        np.testing.assert_array_equal(rb["cam"][:6], np.stack(decode_whole(video)[:6]))
-    reader = VideoReader(str(video), "cam", False, 1e-4)
-    try:
-        reader._note_rotation(SimpleNamespace(rotation=0))
-        reader._note_rotation(SimpleNamespace(rotation=-90.0))
-        assert [n for n in reader.notes if "rotate" in n] == [
-            f"camera cam: {video} asks players to rotate its frames by -90 degrees (display matrix); the frames "
-            "are stored as coded, not rotated"]
-    finally:
-        reader.close()
+        want = np.concatenate([np.stack(decode_whole(f)) for f in files["cam.hevc"]])
+        np.testing.assert_array_equal(rb["cam.hevc"][:], want)
+        recorded = rb.store.get_attrs("data")["import"]["key_notes"]
+    assert sorted(recorded) == ["cam.hevc", "cam.m4", "cam.rot"] and "10-bit" in recorded["cam.hevc"][0]
     plain = write_dataset(tmp_path / "plain", Spec([3], fps=10, cameras={"cam": Camera(16, 16)}), version)
-    assert not [n for n in import_dataset(plain, tmp_path / "p.zarr", progress=False).notes if "bit video" in n]
+    assert main(["import", str(plain), str(tmp_path / "p.zarr"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert _under(out, "cam")[1:] == [] and "(h264 in mp4)" in out
+
+
+def test_a_rotation_only_a_later_file_holds_is_said_from_dask_workers_too(tmp_path, client):
+    """The notes of files read on Dask workers reach the report: episode 2's file alone is rotated (the
+    client probes only each camera's first file)."""
+    import shutil
+
+    spec = Spec([3, 4, 3], fps=10, cameras={"cam": Camera(16, 16)})
+    root = write_dataset(tmp_path / "ds", spec, "v2.1")
+    turned = write_dataset(tmp_path / "turned", Spec([3, 4, 3], fps=10, cameras={"cam": Camera(16, 16, rotation=-90)}),
+                           "v2.1")
+    name = "videos/chunk-000/cam/episode_000002.mp4"
+    shutil.copyfile(turned / name, root / name)
+    assert [_probed(f)[2] for f in sorted(root.glob("videos/**/*.mp4"))] == [0, 0, -90]
+    for how in ({}, {"client": client}):
+        dst = tmp_path / f"o{len(how)}.zarr"
+        report = import_dataset(root, dst, "lerobot", progress=False, **how)
+        assert report.ok, report.summary()
+        assert report.keys["cam"].source_notes == [
+            "its video asks players to rotate the frames by -90 degrees (display matrix); they are stored as coded, "
+            "not rotated"], how
 
 
 def test_frames_too_far_from_their_rows_are_refused(tmp_path):
@@ -403,3 +454,89 @@ def test_episode_records_without_a_length_or_listed_twice_are_refused_by_name(tm
     r = run_cli("import", "lerobot", root, tmp_path / "o.zarr", "--no-progress")
     assert r.returncode == 2 and "episode record 1" in r.stderr and "has length missing" in r.stderr, r.stderr
     assert not (tmp_path / "o.zarr").exists()
+
+
+def _set_column(path, name, rows, type_):
+    import pyarrow as pa
+
+    t = pq.read_table(path)
+    pq.write_table(t.set_column(t.schema.get_field_index(name), name, pa.array(rows, type=type_)), path)
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_a_list_column_of_another_length_names_info_json_and_the_episode(tmp_path, capsys, version):
+    """A variable-length list column takes its step shape from meta/info.json: a file whose rows hold
+    another length is named with the episode and its first row in the file, and the declared shape is
+    said to be info.json's — never "the first data file's" (which may itself disagree). A fixed-size
+    list carries its own length: a later file differing from it names the first data file. Nothing is
+    written either way."""
+    import pyarrow as pa
+
+    from replaybuf_core.cli import main
+
+    spec = Spec([3, 4], fps=10, episodes_per_file=2)
+    root = write_dataset(tmp_path / "ds", spec, version)
+    files = sorted(root.glob("data/**/*.parquet"))
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["observation.state"]["shape"] = [4]  # the files hold 3 values a step
+    (root / "meta/info.json").write_text(json.dumps(info))
+    assert main(["import", str(root), str(tmp_path / "o.zarr"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert (f"{files[0]}: column 'observation.state' holds steps of shape (3,) in episode 0 (its row 0 on, row 0 "
+            "of the file), but meta/info.json declares shape [4] for it") in err, err
+    assert "first data file" not in err
+    info["features"]["observation.state"]["shape"] = [3]
+    (root / "meta/info.json").write_text(json.dumps(info))
+    # episode 1's rows hold 5 values: in v3 the file's rows 3.. (after episode 0's), in v2 its own file
+    last = files[-1]
+    t = pq.read_table(last)
+    ep = t["episode_index"].to_numpy()
+    rows = [[0.5] * (5 if e == 1 else 3) for e in ep]
+    _set_column(last, "observation.state", rows, pa.list_(pa.float32()))
+    first_row = int(np.flatnonzero(ep == 1)[0])
+    assert main(["import", str(root), str(tmp_path / "o.zarr"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert (f"{last}: column 'observation.state' holds steps of shape (5,) in episode 1 (its row 0 on, row "
+            f"{first_row} of the file), but meta/info.json declares shape [3] for it") in err, err
+    # fixed-size lists (v2: a file an episode): the shape is the first data file's own
+    if version == "v2.1":
+        for f, n in ((files[0], 3), (last, 5)):
+            _set_column(f, "observation.state", [[0.5] * n] * pq.read_table(f).num_rows, pa.list_(pa.float32(), n))
+        assert main(["import", str(root), str(tmp_path / "o.zarr"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert (f"{last}: column 'observation.state' holds steps of shape (5,) in episode 1 (its row 0 on, row 0 "
+                f"of the file), but the first data file ({files[0]}) holds (3,) for it") in err, err
+    assert not (tmp_path / "o.zarr").exists()
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_the_frame_size_ratio_is_of_the_imported_episodes_files(tmp_path, capsys, version):
+    """``--episodes`` 1: "N× the source's" compares with the bytes a frame of the files holding the
+    imported episodes (their sizes on disk over the frames of the episodes in them; v2: episode 1's
+    file alone), not with every file's; an MPEG-4 Part 2 camera declared h264 is named mpeg4."""
+    import re
+
+    from replaybuf_core.cli import main
+
+    spec = Spec([3, 20, 4], fps=10, episodes_per_file=2, cameras={"cam": Camera(16, 16, codec="mpeg4")})
+    root = write_dataset(tmp_path / "ds", spec, version)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["cam"]["info"]["video.codec"] = "h264"
+    (root / "meta/info.json").write_text(json.dumps(info))
+    files = sorted(root.glob("videos/**/*.mp4"))
+    if version == "v2.1":  # a file an episode
+        want = files[1].stat().st_size / 20
+    else:  # episodes 0 and 1 share file-000
+        want = files[0].stat().st_size / (3 + 20)
+    whole = sum(f.stat().st_size for f in files) / sum(spec.lengths)
+    assert abs(want - whole) > 0.05 * want  # (the two readings differ here)
+    assert main(["import", str(root), str(tmp_path / "o.zarr"), "--episodes", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    stored, ratio, source = re.search(r"frames: (\S+ \S+) a frame, (\S+)x the source's (\S+ \S+)", out).groups()
+    shown = f"{want / 1e3:.1f} KB" if want >= 1e3 else f"{want:.0f} B"
+    assert source == shown, (source, shown, out)
+    with ReplayBuffer.create_from_path(tmp_path / "o.zarr") as rb:
+        per_frame = rb.store.stored_bytes("data", "cam") / rb.n_steps
+    assert ratio == f"{per_frame / want:.1f}"
+    assert "were lossy when recorded (mpeg4 in mp4)" in out and "h264 in mp4" not in out
+    assert "its video is mpeg4 (MPEG-4 part 2), not h264 as meta/info.json says" in out

@@ -75,3 +75,49 @@ def test_submit_map_errors_skip_finish():
     bad_finish = submit_map(lambda x: x, list(range(40)), lambda res: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         bad_finish.result(timeout=30)
+
+
+def test_a_ctrl_c_inside_any_enter_of_the_callers_map_leaves_no_lock_held():
+    """A Ctrl-C lands between bytecodes, also inside a Python-level ``__enter__`` after it took its lock
+    and before the ``with`` block began (``threading.Condition.__enter__`` is Python): the lock stays
+    held, every helper waits on it for ever, and the interpreter's exit joining the pool's threads
+    hangs (a Ctrl-C'd ``replaybuf merge`` that never exited).  Here a KeyboardInterrupt is raised as
+    every Python ``__enter__`` the caller's share of the map runs returns: none may leave a lock
+    taken — the helpers then finish the map."""
+    import sys
+
+    release = threading.Event()
+    sm = pool.SharedMap(lambda x: release.wait(5) and x, list(range(64)), 1)  # a helper is on it
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name == "__enter__":
+            return local
+        return tracer if event == "call" else None
+
+    def local(frame, event, arg):
+        if event == "return":
+            raise KeyboardInterrupt
+        return local
+
+    release.set()
+    interrupted = False
+    sys.settrace(tracer)
+    try:
+        sm.join()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        sys.settrace(None)
+    if not interrupted:  # no Python __enter__ ran: nothing could keep a lock
+        assert sm.join() == list(range(64))
+
+    def held(lock):  # by anyone: another thread cannot take it
+        got = []
+        t = threading.Thread(target=lambda: got.append(lock.acquire(blocking=False) and (lock.release() or True)))
+        t.start()
+        t.join()
+        return not got[0]
+
+    assert not held(sm._cond._lock)
+    done = codec_pool().submit(lambda: sm._work())  # the helpers can still take the lock
+    assert done.result(timeout=10) is None

@@ -39,7 +39,7 @@ def test_every_markdown_file_with_python_is_covered():
     """A new document with Python in it gets a test here too."""
     with_python = {str(p.relative_to(ROOT)) for p in [*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"),
                                                      *ROOT.glob("plugins/*/README.md")] if snippets(p)}
-    assert with_python == {"README.md", "docs/backends.md", "docs/exports.md", "docs/formats.md",
+    assert with_python == {"README.md", "docs/backends.md", "docs/exports.md", "docs/formats.md", "docs/mixtures.md",
                            "plugins/replaybuf-hdf5/README.md"}
 
 
@@ -178,3 +178,61 @@ def test_the_export_guide_snippet_writes_and_verifies_npz_episodes(tmp_path):
     for j, i in enumerate((1, 0)):  # exported in the order asked
         with np.load(tmp_path / "out" / f"episode_{j}.npz") as z:
             np.testing.assert_array_equal(z["o"], episodes[i]["obs"])
+
+
+@requires_pusht
+@requires_v3_2cam
+def test_the_mixture_guide_snippets_run_in_order(tmp_path, monkeypatch):
+    """docs/mixtures.md: the Python API, the TOML file (its ```toml block written as mix.toml) and the
+    torchrun training script, run as one rank of a gloo group; what they print and give is checked."""
+    torch = pytest.importorskip("torch")
+    import socket
+
+    from replaybuf_core import import_dataset
+
+    monkeypatch.chdir(tmp_path)
+    import_dataset(PUSHT, "pusht.zarr", "diffusion-policy", episodes="0:40", progress=False)
+    import_dataset(LEROBOT_V3_2CAM, "lerobot.zarr", "lerobot", progress=False)
+    doc = ROOT / "docs" / "mixtures.md"
+    (toml,) = re.findall(r"^```toml\n(.*?)^```", doc.read_text(), re.S | re.M)
+    Path("mix.toml").write_text(toml)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
+                 "LOCAL_RANK": "0", "GLOO_SOCKET_IFNAME": "lo"}.items():
+        monkeypatch.setenv(k, v)
+    namespace: dict = {"__name__": "__mixtures__"}
+    blocks = snippets(doc)
+    assert len(blocks) == 3
+    for line, code in blocks:
+        run(doc, line, code, namespace)
+    batch = namespace["batch"]
+    assert tuple(batch["action"].shape) == (32, 4, 7) and tuple(batch["image.top"].shape) == (32, 96, 96, 3)
+    pusht = batch["source_index"] == 0
+    assert batch["action_dim_is_pad"][pusht][:, 2:].all() and not batch["action_dim_is_pad"][~pusht].any()
+    assert (batch["image.top_is_pad"] == ~pusht).all() and (batch["image.top"][~pusht] == 0).all()
+    assert namespace["stats"]["action"]["mean"].shape == (7,)
+    ck = torch.load("checkpoint.pt")
+    assert ck["loader"]["mixture"] == namespace["mix"].fingerprint and ck["loader"]["epoch"] == 1
+
+
+@requires_pusht
+def test_the_readme_mixture_file_resolves_with_its_weights(tmp_path, monkeypatch):
+    """The README's smallest mixture file (its one ```toml block) opens against two Push-T stores, and
+    weights 2 : 1 draw the epoch's samples (counted from the batch's ``source_index``, not from what
+    the mixture reports): weighted draws, so within 4 binomial standard deviations (~15) of 2/3."""
+    from replaybuf_core import import_dataset
+    from replaybuf_core.mixture import Mixture
+
+    monkeypatch.chdir(tmp_path)
+    import_dataset(PUSHT, "pusht.zarr", "diffusion-policy", episodes="0:10", progress=False)
+    shutil.copytree("pusht.zarr", "pusht_copy.zarr")
+    (toml,) = re.findall(r"^```toml\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    Path("mix.toml").write_text(toml)
+    mix = Mixture.from_toml("mix.toml")
+    assert len(mix) == 1024
+    batch = mix.sample_batch(np.arange(len(mix)))
+    counts = np.bincount(np.asarray(batch["source_index"]), minlength=2)
+    assert counts.sum() == 1024 and abs(counts[0] - 1024 * 2 / 3) <= 4 * np.sqrt(1024 * 2 / 9), counts
+    assert batch["action"].shape == (1024, 4, 2)

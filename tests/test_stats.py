@@ -121,3 +121,23 @@ def test_channel_histograms_count_every_value_of_every_channel(n, channels, smoo
     channel_histograms(frames, hist)
     want = 7 + np.stack([np.bincount(frames[..., c].ravel(), minlength=256) for c in range(channels)])
     np.testing.assert_array_equal(hist, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_squared_error_sum_equals_numpys_in_float64(data):
+    """The import's PSNR numerator (a compiled int64 pass for uint8 frames) against NumPy's float64."""
+    from replaybuf_core.stats.kernels import squared_error_sum
+
+    shape = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=4).map(tuple))
+    dtype = data.draw(st.sampled_from([np.uint8, np.float32]))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, shape).astype(dtype)
+    b = rng.integers(0, 256, shape).astype(dtype)
+    if data.draw(st.booleans()):
+        a, b = a.T, b.T  # not contiguous
+    want = float(np.sum((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    assert squared_error_sum(a, b) == want
+    with pytest.raises(ValueError, match="differ"):
+        squared_error_sum(a, b.reshape(-1)[:-1] if b.size > 1 else np.zeros(2, dtype))

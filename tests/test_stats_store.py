@@ -412,3 +412,32 @@ def test_verify_skips_the_unused_rows_of_grown_statistics_arrays(tmp_path):
     moments = path / "meta" / "_stats.pos.moments"
     assert len(os.listdir(moments / "c")) < 4  # the grown array's last chunk was never written
     assert [p for p in verify_store(str(path)) if p.level == "error"] == []
+
+
+@pytest.mark.parametrize("edit", ["delete_last", "delete_first", "keep"])
+def test_an_edit_leaves_no_rows_of_deleted_episodes_in_the_stored_moments(tmp_path, edit):
+    """README: edits "drop the deleted episodes' rows".  The per-episode moments array holds exactly
+    the kept episodes' rows afterwards — each equal to that episode's mean, min and max by NumPy —
+    not the old rows past the ones in use (the tail kept the deleted episodes' moments)."""
+    import zarr
+
+    rb, eps, _ = _filled(tmp_path, n=6)
+    rb.get_stats()
+    if edit == "delete_last":
+        rb.delete_episodes([4, 5])
+        kept = eps[:4]
+    elif edit == "delete_first":
+        rb.delete_episodes([0])
+        kept = eps[1:]
+    else:
+        rb.keep_episodes(np.array([False, True, False, True, True, False]))
+        kept = [eps[1], eps[3], eps[4]]
+    rb.get_stats()
+    rb.close()
+    moments = np.asarray(zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["meta"]["_stats.pos.moments"][:])
+    assert moments.shape[0] == len(kept)
+    for row, ep in zip(moments, kept):
+        pos = ep["pos"].astype(np.float64)
+        np.testing.assert_allclose(row[0], pos.mean(axis=0), rtol=1e-12)
+        np.testing.assert_array_equal(row[2], pos.min(axis=0))
+        np.testing.assert_array_equal(row[3], pos.max(axis=0))

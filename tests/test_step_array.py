@@ -1,8 +1,11 @@
 """``rb[key]`` on an opened store: a :class:`StepArray` that indexes exactly like the NumPy array of
 the episodes added (the model: the arrays handed to ``add_episode``, concatenated), before and after
-``warm``, and writes rows back through the backend."""
+``warm``, and writes rows back through the backend; on a read-only buffer a key in memory (warmed, or
+small) is a read-only ``np.ndarray`` itself, as diffusion_policy's normaliser needs."""
 
 from __future__ import annotations
+
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer
 from replaybuf_core.errors import ReadOnlyError
+from replaybuf_core.store import step_array
 from replaybuf_core.store.step_array import StepArray
 
 N = 37  # steps in the store: 3 episodes, chunks of 8 rows (the edges fall inside chunks)
@@ -40,14 +44,17 @@ index = firsts | st.tuples(firsts, st.integers(0, 2)) | st.tuples(firsts, st.jus
 
 
 @settings(max_examples=150, deadline=None)
-@given(idx=index, key=st.sampled_from(["obs", "img"]), warm=st.booleans())
-def test_step_arrays_index_like_numpy(stored, idx, key, warm):
+@given(idx=index, key=st.sampled_from(["obs", "img"]), warm=st.booleans(), small=st.booleans())
+def test_step_arrays_index_like_numpy(stored, idx, key, warm, small):
     path, model = stored
-    rb = ReplayBuffer.create_from_path(path)
-    if warm:
-        rb.warm([key])
-    arr = rb[key]
-    assert isinstance(arr, StepArray) and arr.shape == model[key].shape and arr.dtype == model[key].dtype
+    with mock.patch.object(step_array, "AUTO_PIN_KEY_BYTES", step_array.AUTO_PIN_KEY_BYTES if small else 0):
+        rb = ReplayBuffer.create_from_path(path)
+        if warm:
+            rb.warm([key])
+        arr = rb[key]
+    # in memory (warmed, or small numbers: not camera frames): the read-only ndarray itself; else read lazily
+    assert type(arr) is (np.ndarray if warm or (small and key == "obs") else StepArray)
+    assert arr.shape == model[key].shape and arr.dtype == model[key].dtype
     assert len(arr) == N and arr.ndim == model[key].ndim
     try:
         want = model[key][idx]
@@ -60,8 +67,9 @@ def test_step_arrays_index_like_numpy(stored, idx, key, warm):
     assert got.dtype == model[key].dtype
 
 
-def test_out_of_range_and_bad_indices_name_the_key(stored):
+def test_out_of_range_and_bad_indices_name_the_key(stored, monkeypatch):
     path, model = stored
+    monkeypatch.setattr(step_array, "AUTO_PIN_KEY_BYTES", 0)  # read lazily, through a StepArray
     rb = ReplayBuffer.create_from_path(path)
     with pytest.raises(IndexError, match="step 37 is out of range for data key 'obs' of 37 steps"):
         rb["obs"][37]
@@ -73,6 +81,8 @@ def test_out_of_range_and_bad_indices_name_the_key(stored):
         rb["obs"][0] = 0
     np.testing.assert_array_equal(np.asarray(rb["obs"]), model["obs"])
     assert rb["obs"].chunks == (8, 3, 2)  # the native array's attributes come through
+    with pytest.raises(AttributeError, match=r"rb\['obs'\] \(a StepArray.*no attribute 'type'.*np.asarray"):
+        rb["obs"].type  # diffusion_policy's normaliser on a key too big to be loaded: told what to do
     assert sorted(rb["data"]) == ["img", "obs"] and isinstance(rb["data"]["img"], StepArray)  # rb['data'][key]
     np.testing.assert_array_equal(rb.meta["episode_ends"][:], [12, 21, 37])
 
@@ -124,31 +134,37 @@ def test_writes_through_a_step_array_never_leave_stale_statistics(stored, tmp_pa
     assert [p for p in verify_store(str(tmp_path / "w.zarr")) if p.level == "error"] == []
 
 
-def test_small_keys_sliced_often_on_a_read_only_buffer_are_loaded_into_memory(stored, tmp_path, monkeypatch):
-    import replaybuf_core.store.step_array as step_array
-
+def test_small_keys_of_a_read_only_buffer_are_read_only_ndarrays_in_memory(stored, tmp_path, monkeypatch):
     path, model = stored
     rb = ReplayBuffer.create_from_path(path)
-    for i in range(step_array.AUTO_PIN_READS - 1):
-        np.testing.assert_array_equal(rb["obs"][i:i + 3], model["obs"][i:i + 3])
-    assert rb.store.pinned("data", "obs") is None  # not yet: a few reads load nothing whole
-    np.testing.assert_array_equal(rb["obs"][5:9], model["obs"][5:9])
-    pinned = rb.store.pinned("data", "obs")
-    assert pinned is not None
-    np.testing.assert_array_equal(pinned, model["obs"])
-    for i in range(0, N - 4, 3):  # and reads from it are the store's rows
+    assert rb.store.pinned("data", "obs") is None  # opening loads nothing
+    obs = rb["obs"]
+    assert type(obs) is np.ndarray and not obs.flags.writeable  # the store's copy: never written through
+    np.testing.assert_array_equal(obs, model["obs"])
+    np.testing.assert_array_equal(rb.store.pinned("data", "obs"), model["obs"])
+    with pytest.raises(ValueError, match="read-only"):
+        obs[0] = 0
+    for i in range(0, N - 4, 3):  # and slices of it are the store's rows
         np.testing.assert_array_equal(rb["obs"][i:i + 4], model["obs"][i:i + 4])
-    # over the per-key limit: the chunk reader keeps serving it
-    monkeypatch.setattr(step_array, "AUTO_PIN_KEY_BYTES", model["img"].nbytes - 1)
-    for i in range(2 * step_array.AUTO_PIN_READS):
+    # camera frames, however small: the chunk reader keeps serving them (a damaged chunk fails only its reads)
+    for i in range(8):
+        assert isinstance(rb["img"], StepArray)
         np.testing.assert_array_equal(rb["img"][i % N], model["img"][i % N])
     assert rb.store.pinned("data", "img") is None
+    # over the per-key limit or the per-buffer budget: the same
+    for limit, budget in ((model["obs"].nbytes - 1, 1 << 20), (1 << 20, model["obs"].nbytes - 1)):
+        monkeypatch.setattr(step_array, "AUTO_PIN_KEY_BYTES", limit)
+        monkeypatch.setattr(step_array, "AUTO_PIN_TOTAL_BYTES", budget)
+        rb2 = ReplayBuffer.create_from_path(path)
+        assert isinstance(rb2["obs"], StepArray) and rb2.store.pinned("data", "obs") is None
+        np.testing.assert_array_equal(rb2["obs"][3:7], model["obs"][3:7])
     # a writable buffer never loads a key on its own (its writes would drop the copy again)
     work = tmp_path / "w.zarr"
     import shutil
 
     shutil.copytree(path, work)
     with ReplayBuffer(work) as w:
-        for i in range(2 * step_array.AUTO_PIN_READS):
+        for i in range(8):
+            assert isinstance(w["obs"], StepArray)
             w["obs"][i % 10]
         assert w.store.pinned("data", "obs") is None

@@ -49,6 +49,11 @@ def _post(url: str, body) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+def _state(url: str) -> str:
+    """The store state the page is given (and sends back with a save)."""
+    return json.loads(_get(url + "api/summary")[1])["state"]
+
+
 def _store(path, lengths, tasks=None, good=None):
     rb = ReplayBuffer.create_empty("zarr", str(path))
     rng = np.random.default_rng(0)
@@ -216,23 +221,26 @@ def _meta_listing(path):
 def test_saving_marks_needs_writable_and_writes_a_bool_mask(small_store):
     before = _meta_listing(small_store)
     with ServerThread(create_app(str(small_store))) as url:
-        st_, body = _post(url + "api/masks/bad", {"episodes": [1], "n_episodes": 3})
+        st_, body = _post(url + "api/masks/bad", {"episodes": [1], "state": _state(url)})
         assert st_ == 403 and "--writable" in body["error"]
     assert _meta_listing(small_store) == before
     with ServerThread(create_app(str(small_store), writable=True)) as url:
+        state = _state(url)
         for bad, status, message in [
-            ({"episodes": [3], "n_episodes": 3}, 400, "episode 3 is out of range"),
-            ({"episodes": ["1"], "n_episodes": 3}, 400, "list of integers"),
+            ({"episodes": [3], "state": state}, 400, "episode 3 is out of range"),
+            ({"episodes": ["1"], "state": state}, 400, "list of integers"),
             ({"episodes": [1]}, 400, "the body must be JSON"),
+            ({"episodes": [1], "n_episodes": 3, "generation": 0}, 400, "the body must be JSON"),
+            ({"episodes": [1], "state": 3}, 400, "state must be the string"),
             (b"not json", 400, "not JSON"),
-            ({"episodes": [1], "n_episodes": 4}, 409, "reload the page"),
+            ({"episodes": [1], "state": "g0-e4-0123456789abcdef"}, 409, "reload the page"),
         ]:
             st_, body = _post(url + "api/masks/bad", bad)
             assert st_ == status and message in body["error"], bad
-        st_, body = _post(url + "api/masks/a%2Fb", {"episodes": [1], "n_episodes": 3})
+        st_, body = _post(url + "api/masks/a%2Fb", {"episodes": [1], "state": state})
         assert st_ in (400, 404)
         assert _meta_listing(small_store) == before
-        st_, body = _post(url + "api/masks/bad", {"episodes": [2, 0], "n_episodes": 3})
+        st_, body = _post(url + "api/masks/bad", {"episodes": [2, 0], "state": state})
         assert st_ == 200 and body["saved"] == "meta/mask.bad" and body["marked"] == 2
         assert json.loads(_get(url + "api/masks/bad")[1])["episodes"] == [0, 2]
     import zarr  # read back another way: zarr-python on the store directory
@@ -257,9 +265,10 @@ def test_a_concurrent_writer_is_409_and_nothing_is_written(small_store):
     with ServerThread(create_app(str(small_store), writable=True)) as url:
         holder = subprocess.Popen([sys.executable, "-c", _HOLD_WRITER, str(small_store)], stdout=subprocess.PIPE,
                                   text=True)
+        state = _state(url)
         try:
             assert holder.stdout.readline().strip() == "holding"
-            st_, body = _post(url + "api/masks/bad", {"episodes": [1], "n_episodes": 3})
+            st_, body = _post(url + "api/masks/bad", {"episodes": [1], "state": state})
             assert st_ == 409 and "nothing was written" in body["error"] and str(holder.pid) in body["error"]
         finally:
             holder.kill()
@@ -269,8 +278,8 @@ def test_a_concurrent_writer_is_409_and_nothing_is_written(small_store):
         rb.add_episode({"obs": np.zeros((2, 3), np.float32), "img": np.zeros((2, 16, 16, 3), np.uint8),
                         "action_is_pad": np.zeros(2, bool)})
         rb.close()
-        st_, body = _post(url + "api/masks/bad", {"episodes": [1], "n_episodes": 3})
-        assert st_ == 409 and "now has 4 episodes" in body["error"]
+        st_, body = _post(url + "api/masks/bad", {"episodes": [1], "state": state})
+        assert st_ == 409 and "the store now has 4 episodes at edit generation 0" in body["error"]
     after = _meta_listing(small_store)
     assert "mask.bad" not in after and after["mask.good"][:3] == before["mask.good"]
 
@@ -329,7 +338,8 @@ def test_the_viewer_follows_another_writers_commits(small_store, monkeypatch):
 
     monkeypatch.setattr(app_module, "REFRESH_SECONDS", 0.0)
     with ServerThread(create_app(str(small_store), writable=True)) as url:
-        assert json.loads(_get(url + "api/summary")[1])["n_episodes"] == 3
+        first = json.loads(_get(url + "api/summary")[1])
+        assert first["n_episodes"] == 3
         with ReplayBuffer(str(small_store)) as rb:
             rb.add_episode({"obs": np.ones((6, 3), np.float32), "img": np.full((6, 16, 16, 3), 9, np.uint8),
                             "action_is_pad": np.zeros(6, bool)})
@@ -342,7 +352,7 @@ def test_the_viewer_follows_another_writers_commits(small_store, monkeypatch):
             rb.delete_episodes([0])  # an edit: the generation moves on, the count goes back to 3
         summary = json.loads(_get(url + "api/summary")[1])
         assert summary["n_episodes"] == 3 and summary["generation"] == 1
-        st_, body = _post(url + "api/masks/bad", {"episodes": [0], "n_episodes": 3, "generation": 0})
+        st_, body = _post(url + "api/masks/bad", {"episodes": [0], "state": first["state"]})
         assert st_ == 409 and "reload the page" in body["error"]
         assert json.loads(_get(url + "api/episodes/0")[1])["length"] == 7  # old episode 1
     assert "mask.bad" not in _meta_listing(small_store)
@@ -380,7 +390,8 @@ def test_nan_meta_depth_and_float_cameras_are_shown_not_500(tmp_path):
 def test_saves_from_another_origin_or_without_json_are_refused(small_store):
     before = _meta_listing(small_store)
     with ServerThread(create_app(str(small_store), writable=True)) as url:
-        body = json.dumps({"episodes": [1], "n_episodes": 3}).encode()
+        state = _state(url)
+        body = json.dumps({"episodes": [1], "state": state}).encode()
         for headers, message in [({"Content-Type": "text/plain"}, "Content-Type: application/json"),
                                  ({"Content-Type": "application/json", "Origin": "http://evil.example"},
                                   "not from http://evil.example")]:
@@ -392,9 +403,9 @@ def test_saves_from_another_origin_or_without_json_are_refused(small_store):
         req = urllib.request.Request(url + "api/masks/ok", data=body, method="POST",
                                      headers={"Content-Type": "application/json", "Origin": same})
         assert urllib.request.urlopen(req, timeout=30).status == 200
-        for name, bad, message in [("a%2Fb", {"episodes": [1], "n_episodes": 3}, "mask name 'a/b' is invalid"),
-                                   ("ok", {"episodes": [1], "n_episodes": "3"}, "must be integers"),
-                                   ("ok", {"episodes": [10 ** 30], "n_episodes": 3}, "out of range")]:
+        for name, bad, message in [("a%2Fb", {"episodes": [1], "state": state}, "mask name 'a/b' is invalid"),
+                                   ("ok", {"episodes": [1], "state": None}, "state must be the string"),
+                                   ("ok", {"episodes": [10 ** 30], "state": state}, "out of range")]:
             st_, answer = _post(url + f"api/masks/{name}", bad)
             assert st_ == 400 and message in answer["error"], (name, bad)
     after = _meta_listing(small_store)
@@ -448,3 +459,16 @@ def test_a_long_episode_is_decimated_with_its_spikes_kept(tmp_path, monkeypatch)
     assert max(s["high"][0]) == 9.0 and s["high"][0][3] == 9.0  # ... the envelope keeps them
     assert min(s["low"][1]) == -4.0 and s["low"][1][8] == -4.0
     assert s["low"][0][3] == 0.0 and len(s["high"][0]) == 10
+
+
+def test_component_names_in_each_form_lerobot_writes():
+    """Names as LeRobot's info.json has them: a list, ``{"motors": [...]}``, and v2.1's nested
+    ``[[...]]`` (the Unitree G1 data's ``observation.state``, shown as indices before)."""
+    from replaybuf_core.viewer.series import component_names
+
+    flat = ["kLeftShoulderPitch", "kLeftShoulderRoll"]
+    for names in (flat, {"motors": flat}, [flat]):
+        assert component_names({"names": names}, 2) == flat
+    assert component_names({"names": [flat]}, 3) is None  # not exactly n: no names (indices)
+    assert component_names({"names": [flat, flat]}, 2) is None
+    assert component_names(None, 2) is None

@@ -169,3 +169,43 @@ def test_marks_made_before_an_edit_are_not_carried_over(page, pusht):
         page.wait_for_selector("tr.episode-row")
         assert page.inner_text("#mark-count") == "0 marked"
         assert page.locator("input.mark:checked").count() == 0
+
+
+def test_a_save_after_another_process_deleted_and_appended_is_refused_on_the_page(page, pusht):
+    """Issue 47: the page loaded; another process deletes episode 0 and appends one (the count is the
+    same); marks saved from the page must not land on the episodes that moved into those rows."""
+    with ServerThread(create_app(str(pusht), writable=True)) as url:
+        page.goto(url)
+        page.wait_for_selector("tr[data-episode='3'] input.mark")
+        with ReplayBuffer(str(pusht)) as rb:  # another writer (its own writable buffer and lock)
+            last = rb.n_episodes - 1
+            rb.add_episode({k: np.asarray(rb.store.read("data", k, int(rb.episode_ends[last - 1]),
+                                                         int(rb.episode_ends[last]))) for k in rb.keys()})
+            rb.delete_episodes([0])
+            assert rb.n_episodes == EPISODES
+        page.check("tr[data-episode='1'] input.mark")
+        page.check("tr[data-episode='3'] input.mark")
+        page.fill("#mask-name", "stale")
+        page.click("#save-mask")
+        page.wait_for_selector("#error:not([hidden])")
+        error = page.inner_text("#error")
+        assert "changed since the page was loaded" in error and "nothing was written" in error, error
+        assert not page.get_attribute("#save-status", "data-saved")
+    assert not (pusht / "meta" / "mask.stale").exists()
+
+
+def test_a_store_deleted_under_the_page_says_so(page, pusht, monkeypatch):
+    import replaybuf_core.viewer.state as state_module
+
+    monkeypatch.setattr(state_module, "REFRESH_SECONDS", 0.0)  # each frame looks (the real 2 s: no waits here)
+    with ServerThread(create_app(str(pusht))) as url:
+        page.goto(url + "#/episode/2")
+        page.wait_for_selector("#cameras canvas[data-key='img'][data-step='0']")
+        last = int(page.get_attribute("#step", "max"))
+        shutil.rmtree(pusht)
+        page.locator("#step").fill(str(last))
+        page.wait_for_selector("#error:not([hidden])")
+        assert f"frame {last} of img could not be loaded: the store {pusht} is gone" in page.inner_text("#error")
+        assert page.get_attribute("#cameras canvas[data-key='img']", "data-step") == "0"  # nothing drawn
+        page.goto(url + "#/")
+        page.wait_for_function("document.querySelector('#error').textContent.includes('is gone')")

@@ -250,3 +250,40 @@ def test_window_index_arguments_are_checked():
         wi.episode_windows(2)
     with pytest.raises(TypeError, match="must be a WindowIndex"):
         SequenceSampler(_buffer([3]), 2, window_index="abc")
+
+
+def test_sample_batch_reads_into_the_arrays_it_is_given(tmp_path):
+    buf = _buffer([5, 3, 4], backend="zarr", tmp_path=tmp_path)
+    s = WindowSampler(buf, {"x": [-1, 0, 2]}, keys=["x", "v"])
+    want = s.sample_batch([0, 7, 11])
+    big = np.full((6, 3), -1, dtype=np.int64)  # a batch's first rows, as a mixture hands them
+    got = s.sample_batch([0, 7, 11], out={"x": big[:3]})
+    assert got["x"].base is big or got["x"] is big[:3] or np.shares_memory(got["x"], big)
+    np.testing.assert_array_equal(big[:3], want["x"])
+    assert (big[3:] == -1).all()
+    np.testing.assert_array_equal(got["v"], want["v"])  # keys not given: arrays of the sampler's own
+    with pytest.raises(ValueError, match=r"out\['x'\]"):
+        s.sample_batch([0, 7], out={"x": big[:3]})
+
+
+def test_a_pending_batch_whose_read_failed_raises_again_not_a_half_filled_batch(monkeypatch):
+    """``PendingBatch.result()`` called again after a failed read raised that error again; it returned
+    the batch's arrays as they were (the failed key's rows never written: uninitialised memory)."""
+    from concurrent.futures import Future
+
+    rb = _buffer([5, 7])
+    ws = WindowSampler(rb, {"v": [-1, 0]}, keys=["x", "v"])
+    reads = rb.read_rows_async
+
+    def failing(key, rows, out=None, **kw):
+        if key != "v":
+            return reads(key, rows, out=out, **kw)
+        done = Future()
+        done.set_exception(OSError("chunk 3 of data/v does not decode"))
+        return done
+
+    monkeypatch.setattr(rb, "read_rows_async", failing)
+    pending = ws.sample_batch_async(np.arange(len(ws)))
+    for _ in range(2):
+        with pytest.raises(OSError, match="chunk 3 of data/v"):
+            pending.result()

@@ -20,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at a local DST")
     p.add_argument("--frames", default=None, metavar="CHOICE",
                    help="store DST's camera keys in this frame codec (default: SRC's codecs): " + FRAMES_HELP)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_cluster_arguments(p, "copy")
     p.set_defaults(func=run)
 
@@ -54,8 +55,41 @@ def run(args) -> int:
                                  f"{args.backend} — copy first, then `replaybuf rechunk DST --frames ...`")
             codecs = rb.frame_codecs(args.frames)[1]
         try:
-            rb.save_to_path(args.dst, backend=args.backend, client=client, compressors=codecs)
+            rb.save_to_path(args.dst, backend=args.backend, client=client, compressors=codecs,
+                            progress=not args.no_progress)
         except CorruptStoreError as exc:  # the store's own message names the array and chunk, not the store
             raise CorruptStoreError(f"SRC {args.src}: {exc}") from exc
         print(f"copied {args.src} to {args.dst}: {rb.n_episodes} episodes, {rb.n_steps} steps, keys {rb.keys()}")
+        if not is_object_url(args.dst):
+            for line in _converted_frames(rb.store, args.dst, args.backend, asked=set(codecs or ())):
+                print(f"note: {line}")
     return 0
+
+
+def _converted_frames(src, dst_path: str, backend: str, asked: set[str] = frozenset()) -> list[str]:
+    """One line per camera key whose frame codec (WebP, JPEG XL, JPEG, video: a codec with a
+    ``lossless`` flag) DST's backend could not take: the copy stored its decoded pixels — the values
+    SRC reads — with another codec (the backend's fallback), usually in more bytes.  Keys in
+    ``asked`` were converted because ``--frames`` asked for it: no note."""
+    from replaybuf_core import registry
+    from replaybuf_core.layout.codec_names import describe_codec
+
+    dst = registry.get_backend(backend).open(dst_path, read_only=True)
+    lines = []
+    try:
+        for key in src.list_arrays("data"):
+            if key in asked:
+                continue
+            was = src.codec("data", key)
+            if getattr(was, "lossless", None) is None:
+                continue
+            now = dst.codec("data", key)
+            if describe_codec(now) == describe_codec(was):
+                continue
+            sizes = [getattr(s, "stored_bytes", lambda g, n: None)("data", key) for s in (dst, src)]
+            size = f" ({sizes[0]:,} bytes; {sizes[1]:,} in SRC)" if None not in sizes else ""
+            lines.append(f"data/{key}: the {backend} backend has no form of SRC's frame codec {describe_codec(was)}: "
+                         f"stored as its decoded pixels (the values SRC reads) with {describe_codec(now)}{size}")
+    finally:
+        dst.close()
+    return lines

@@ -18,7 +18,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "import", help="import a dataset of another format (LeRobot, diffusion-policy, ...) into a new store",
         description="Stream a dataset of another format into a new store: uint8 camera frames (and float "
-                    "frames holding only integers 0..255) in the --frames codec (default exact: lossless JPEG XL), depth and numbers as Blosc; then "
+                    "frames holding only integers 0..255) in the --frames codec (default exact: lossless WebP up to 96x96, JPEG XL above), depth and numbers as Blosc; then "
                     "check every array against the source.  The store is built beside DST and moved into "
                     "place once verified.  Exit 0 when verified, 1 when a check failed, 2 for bad input.  "
                     f"Formats: {', '.join(formats) or 'none'} (`replaybuf formats`).",
@@ -44,6 +44,9 @@ def register(sub) -> None:
                    help="leave out zero-length source episodes and record their indices in the store's "
                         "attributes; without it such a source is refused")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--restart", action="store_true",
+                   help="with --workers/--scheduler: start over instead of continuing what a stopped (killed, Ctrl-C, SIGTERM) run of the same "
+                        "import left beside DST (rerunning the same command continues it by default)")
     add_cluster_arguments(p, "import")
     owners: dict[str, tuple[list[str], str]] = {}  # dest -> (formats taking it, flag)
     flags: dict[str, str] = {}
@@ -74,6 +77,7 @@ class _Recording:
 
 def run(args) -> int:
     """Run the import described by ``args``; returns 0 when verified, 1 when a check failed."""
+    from replaybuf_core.importing.arguments import open_format
     from replaybuf_core.importing.pipeline import check_destination, check_settings, import_source
 
     if len(args.paths) not in (2, 3):
@@ -100,9 +104,10 @@ def run(args) -> int:
         if client is not None:
             from replaybuf_core.importing import import_dataset
 
-            report = import_dataset(src, dst, entry.name, format_options=options, client=client, **kwargs)
+            report = import_dataset(src, dst, entry.name, format_options=options, client=client,
+                                    resume=not args.restart, **kwargs)
         else:
-            source = entry.open(src, **options)
+            source = open_format(entry, src, options, not args.no_progress)
             try:
                 report = import_source(source, dst, **kwargs)
             finally:

@@ -11,6 +11,7 @@ def register(sub) -> None:
                                    "keys, dtypes and step shapes; DST takes SRC 1's chunks and codecs.")
     p.add_argument("paths", metavar="PATH", nargs="+", help="SRC... DST")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
@@ -21,7 +22,7 @@ def run(args) -> int:
     if len(args.paths) < 2:
         raise ValueError("give at least one SRC and the DST")
     *sources, dst = args.paths
-    report = ReplayBuffer.merge_stores(sources, dst, overwrite=args.overwrite)
+    report = ReplayBuffer.merge_stores(sources, dst, overwrite=args.overwrite, progress=not args.no_progress)
     print(f"{dst}: {report['n_episodes']} episodes / {report['n_steps']} steps from {len(sources)} store(s)")
     for note in report.get("notes", []):
         print(f"  note: {note}")

@@ -18,6 +18,10 @@ def register(sub) -> None:
                    help="TCP port (default 8765; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests addressed to this host name (repeatable), e.g. the machine's "
+                        "name with --host 0.0.0.0; other names are refused (403: a guard against DNS "
+                        "rebinding). localhost, IP addresses and --host's name are always accepted")
     p.add_argument("--writable", action="store_true",
                    help="allow saving marks as meta/mask.NAME (each save takes the writer lock); "
                         "without it the viewer never writes")
@@ -28,12 +32,14 @@ def run(args) -> int:
     """Run the command with parsed ``args``: serves until Ctrl-C; returns the exit code (2: bad
     store, port in use, missing extra)."""
     from replaybuf_core.viewer.app import create_app
+    from replaybuf_core.viewer.hosts import allowed_names
     from replaybuf_core.viewer.server import DEFAULT_PORT, bind, serve_forever, url_of
 
     port = DEFAULT_PORT if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise ValueError(f"--port {port} is not a TCP port (0 to 65535)")
-    app = create_app(args.path, writable=args.writable)
+    hosts = allowed_names(args.host, args.allow_host)
+    app = create_app(args.path, writable=args.writable, hosts=hosts)
     sock = bind(args.host, port)
     viewer = app.state.viewer
     mode = "writable: marks can be saved" if args.writable else "read-only"

@@ -47,11 +47,12 @@ def run(args) -> int:
     parse_frames(args.frames)  # a bad choice fails before anything is generated
     rb, png = create_replay_buffer_from_synthetic(schema, image_frames_per_shard=fps, overwrite=args.overwrite,
                                                   frames=args.frames)
-    print(f"wrote {schema.zarr_path}: {rb.n_episodes} episodes, {rb.n_steps} steps, task {args.task}")
-    codecs = rb.get_compressors()
-    for key in rb.keys():
-        arr = rb[key]
-        print(f"  {key:<10} {str(tuple(arr.shape)):<22} {str(arr.dtype):<8} {describe_codec(codecs[key])}")
+    with rb:  # closing records the episodes as the store's first version (``replaybuf log``)
+        print(f"wrote {schema.zarr_path}: {rb.n_episodes} episodes, {rb.n_steps} steps, task {args.task}")
+        codecs = rb.get_compressors()
+        for key in rb.keys():
+            arr = rb[key]
+            print(f"  {key:<10} {str(tuple(arr.shape)):<22} {str(arr.dtype):<8} {describe_codec(codecs[key])}")
     print(f"bytes on disk: {_store_bytes(schema.zarr_path):,}")
     print(f"trajectory plot: {png}")
     return 0

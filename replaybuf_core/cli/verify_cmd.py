@@ -13,6 +13,7 @@ def register(sub) -> None:
     p.add_argument("--repair", action="store_true",
                    help="first undo interrupted writes (open writable, take the writer lock; see "
                         "replaybuf_core.store.recovery) and say what was done, then verify")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
@@ -26,7 +27,7 @@ def run(args) -> int:
         report = repair(args.path)
         for line in report.messages() or ["repair: nothing to do"]:
             print(f"REPAIRED: {line}" if not report.clean else line)
-    problems = verify_store(args.path)
+    problems = verify_store(args.path, progress=not getattr(args, "no_progress", False))
     errors = [p for p in problems if p.level == "error"]
     for p in problems:
         print(p)

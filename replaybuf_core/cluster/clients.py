@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
+
+from replaybuf_core.interrupts import deferred_sigint
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +59,35 @@ def _connect(distributed: Any, scheduler: str) -> Any:
     return box["client"]
 
 
+def _is_cancel_before_start(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is tornado's report of ``distributed.utils.sync``'s ``cancel`` raising
+    NameError: a Ctrl-C that lands after ``sync`` scheduled its coroutine but before the coroutine
+    assigned its ``future`` makes the loop run ``cancel`` on the unassigned name (distributed
+    2026.8; nothing was started, so nothing is left to cancel)."""
+    error = record.exc_info[1] if record.exc_info else None
+    if not isinstance(error, NameError) or "future" not in str(error):
+        return False
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    code = frame.tb_frame.f_code if frame is not None else None
+    return code is not None and code.co_name == "cancel" and "distributed" in code.co_filename
+
+
+class _CancelBeforeStart(logging.Filter):
+    """Drops :func:`_is_cancel_before_start` records, so an interrupted command says one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _is_cancel_before_start(record)
+
+
+def _ignore_cancel_before_start() -> None:
+    """Installs :class:`_CancelBeforeStart` on tornado's application logger, once."""
+    app_log = logging.getLogger("tornado.application")
+    if not any(isinstance(f, _CancelBeforeStart) for f in app_log.filters):
+        app_log.addFilter(_CancelBeforeStart())
+
+
 @contextmanager
 def cluster_client(workers: int | None = None, scheduler: str | None = None) -> Iterator[Any]:
     """A ``distributed.Client``: on a new local cluster of ``workers`` processes, or connected to the
@@ -71,6 +104,7 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
     distributed = distributed_module()
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # no lines per worker started or closed
+    _ignore_cancel_before_start()
     if scheduler is not None:
         try:
             client = _connect(distributed, scheduler)
@@ -110,9 +144,36 @@ def cluster_client(workers: int | None = None, scheduler: str | None = None) -> 
     options = dict(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
                    silence_logs=logging.CRITICAL, preload=["replaybuf_core.cluster.worker_setup"],
                    scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
-            distributed.LocalCluster(**options) as cluster, distributed.Client(cluster) as client:
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), ExitStack() as stack:
+        # A Ctrl-C while the cluster starts is taken once it has started (then it is closed whole:
+        # an interrupted start left "Nanny failed to start" and a traceback from every worker)
+        with deferred_sigint(), _children_start_deaf_to_sigint():
+            cluster = stack.enter_context(distributed.LocalCluster(**options))
+            client = stack.enter_context(distributed.Client(cluster))
         yield client
+
+
+@contextmanager
+def _children_start_deaf_to_sigint() -> Iterator[None]:
+    """Block SIGINT in this (the main) thread for the block: the threads started meanwhile (the
+    cluster's event loop and the threads it starts worker processes from, a restarted worker's
+    too) inherit the mask, and so do the worker processes: a Ctrl-C reaching the process group
+    while a worker imports stays pending there until its preload ignores SIGINT
+    (:mod:`~replaybuf_core.cluster.worker_setup`).  A Ctrl-C meant for this process is delivered
+    when the block ends."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    # CPython starts its resource tracker the same way (bpo-33613) and unblocks SIGINT after: started
+    # first, it leaves the mask alone
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def add_cluster_arguments(parser: Any, what: str) -> None:

@@ -37,8 +37,10 @@ KEPT_OPERATIONS = 4
 STOP_TIMEOUT = 120
 #: ... and by an interrupt (Ctrl-C, which a local cluster's workers get too).
 INTERRUPT_TIMEOUT = 10
-#: Seconds a window waits for a cluster without workers to get one before it gives up.
+#: Seconds a window waits for a cluster without workers to get one before it gives up ...
 WORKER_WAIT = 60
+#: ... and, while no task completes, between looks at whether the cluster still has a worker.
+WORKER_CHECK = 5
 
 _resources: dict[str, dict[str, Any]] = {}  # in each worker process: token -> name -> value (oldest first)
 
@@ -96,7 +98,8 @@ class TaskWindow:
 
     Raises:
         TimeoutError: the cluster has no worker and gets none within :data:`WORKER_WAIT` seconds
-            (nothing is submitted).
+            (nothing is submitted); from the iteration, the same once every worker has left and none
+            joins within :data:`WORKER_WAIT` seconds (its tasks would wait forever).
         RuntimeError: (from the iteration) a task whose workers kept dying (Dask's ``KilledWorker``),
             naming the task.
     """
@@ -107,14 +110,7 @@ class TaskWindow:
         self._token = uuid.uuid4().hex
         self._abort = f"replaybuf-abort-{self._token}"
         self._name = name
-        if not client.scheduler_info().get("workers"):
-            try:
-                client.wait_for_workers(1, timeout=WORKER_WAIT)
-            except TimeoutError:
-                address = getattr(getattr(client, "scheduler", None), "address", "?")
-                raise TimeoutError(f"the Dask cluster at {address} has no workers (waited {WORKER_WAIT} s for one): "
-                                   f"start some with `dask worker {address}`, or use --workers N for a local "
-                                   "cluster") from None
+        self._need_a_worker()
         n_workers = max(1, len(client.scheduler_info().get("workers", {})))
         self.n_workers = n_workers
         self._window = window or IN_FLIGHT_PER_WORKER * n_workers
@@ -133,11 +129,36 @@ class TaskWindow:
             new.append(fut)
         return new
 
+    def _need_a_worker(self) -> None:
+        """Return when the cluster has a worker, or gets one within :data:`WORKER_WAIT` seconds;
+        else TimeoutError naming the cluster (its tasks would wait forever)."""
+        if self._client.scheduler_info().get("workers"):
+            return
+        try:
+            self._client.wait_for_workers(1, timeout=WORKER_WAIT)
+        except TimeoutError:
+            address = getattr(getattr(self._client, "scheduler", None), "address", "?")
+            raise TimeoutError(f"the Dask cluster at {address} has no workers (waited {WORKER_WAIT} s for one): "
+                               f"start some with `dask worker {address}`, or use --workers N for a local "
+                               "cluster") from None
+
+    def _completed(self) -> Iterator[Any]:
+        """The submitted futures as they complete, each followed by the submission of the next job;
+        while none completes, every :data:`WORKER_CHECK` seconds :meth:`_need_a_worker`."""
+        wait = distributed_module().wait
+        pending = set(self._submit(self._window))
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=WORKER_CHECK, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                self._need_a_worker()
+                continue
+            for fut in done:
+                pending.update(self._submit(1))
+                yield fut
+
     def _results(self) -> Iterator[tuple[Any, Any]]:
-        pending = distributed_module().as_completed(self._submit(self._window))
-        for fut in pending:
-            for new in self._submit(1):
-                pending.add(new)
+        for fut in self._completed():
             try:
                 ran, result = fut.result()  # a task's error is raised here
             except distributed_module().KilledWorker as exc:

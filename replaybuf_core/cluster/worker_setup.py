@@ -11,6 +11,10 @@ import threading
 
 
 def dask_setup(worker) -> None:  # noqa: ARG001 - Dask's preload hook; the worker is not needed
-    """Ignore SIGINT in this worker process (called by Dask in the worker's main thread at start)."""
+    """Ignore SIGINT in this worker process (called by Dask in the worker's main thread at start).
+    A local cluster's workers start with SIGINT blocked (``cluster_client``), so a Ctrl-C during
+    their start-up is pending until here: ignored, it is dropped when unblocked."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.export_format import ExportFormat, ExportPlan
+from replaybuf_core.interrupts import deferred_sigint
 from replaybuf_core.layout.compressors import COMPRESSOR_PRESETS, resolve_compressor
 
 __all__ = ["DiffusionPolicyExport", "chunk_length"]
@@ -113,14 +114,17 @@ class DiffusionPolicyExport(ExportFormat):
                 if held >= length:  # write whole chunks only (each chunk file written once)
                     stack = np.concatenate(pending)
                     whole = (len(stack) // length) * length
-                    arr[written:written + whole] = stack[:whole]
+                    with deferred_sigint():  # zarr's IO thread would go on writing after a Ctrl-C
+                        arr[written:written + whole] = stack[:whole]
                     written += whole
                     pending, held = [stack[whole:]], len(stack) - whole
             if held:
-                arr[written:written + held] = np.concatenate(pending)
+                with deferred_sigint():
+                    arr[written:written + held] = np.concatenate(pending)
         ends = np.cumsum(plan.lengths).astype(np.int64)
-        root.create_array("meta/episode_ends", shape=ends.shape, dtype=np.int64, chunks=ends.shape or (1,),
-                          compressors=_compressor(plan), fill_value=0)[:] = ends
+        with deferred_sigint():
+            root.create_array("meta/episode_ends", shape=ends.shape, dtype=np.int64, chunks=ends.shape or (1,),
+                              compressors=_compressor(plan), fill_value=0)[:] = ends
         return [f"zarr v2, diffusion_policy's {plan.options.get('compressor') or 'disk'!r} compressor "
                 f"({_compressor(plan)}); chunks of about {TARGET_CHUNK_BYTES / 1e6:.0f} MB as its writer makes them"]
 

@@ -15,6 +15,7 @@ from replaybuf_core.importing.arguments import parse_episodes
 from replaybuf_core.locations import check_apart, local_path
 from replaybuf_core.source import _disk_bytes
 from replaybuf_core.store.buffer import ReplayBuffer
+from replaybuf_core.store.progress import progress_bar
 from replaybuf_core.store.replace import build_beside
 
 __all__ = ["export_dataset", "make_plan", "parse_renames"]
@@ -70,7 +71,7 @@ def make_plan(rb: Any, *, episodes: Any = None, keys: Iterable[str] | None = Non
     if clash:
         raise ValueError(f"--rename: two keys would be exported as {clash[0]!r}: "
                          f"{[k for k, v in names.items() if v == clash[0]]}")
-    picked = parse_episodes(episodes, rb.n_episodes)
+    picked = parse_episodes(episodes, rb.n_episodes, "the store")
     if not picked:
         raise ValueError("export: the store holds no episode")
     return ExportPlan(rb, picked, names, dict(options or {}))
@@ -87,8 +88,7 @@ def export_dataset(store: Any, dst: str | os.PathLike, format: str | ExportForma
     written; the dataset is built beside ``dst``, read back through the format's independent reader
     and compared with the store (``verify``), and only then swapped in, so a failed or interrupted
     export leaves nothing at ``dst`` (and an ``--overwrite``-n dataset as it was).  ``options`` are
-    the format's own (its ``add_arguments`` names them).  ``progress`` shows a tqdm bar (rows: steps
-    × keys).
+    the format's own (its ``add_arguments`` names them).  ``progress`` shows a tqdm bar of the steps written.
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is false, or it exists and is not a
@@ -116,30 +116,30 @@ def _export(rb, dst: Path, fmt: ExportFormat, episodes, keys, skip_keys, rename,
     notes = list(fmt.check(plan))
     report = ExportReport(fmt.name, os.fspath(dst), len(plan.episodes), plan.n_steps, dict(plan.names))
     with build_beside(dst, replaceable=fmt.recognises) as beside:
-        bar = _bar(plan.n_steps * len(plan.names), fmt.name, progress)
-        try:
-            notes += fmt.write(plan, beside.path, bar.update)
-        finally:
-            bar.close()
+        with progress_bar(f"exporting ({fmt.name})", plan.n_steps, progress, unit="step") as bar:
+            notes += fmt.write(plan, beside.path, _StepsOf(bar, len(plan.names)))
         report.compared = fmt.verify(plan, beside.path)
         report.psnr = dict(plan.psnr)
         report.bytes = _disk_bytes(os.fspath(beside.path))
+        if beside.link_target is not None:
+            notes.append(f"{dst} was a symlink to {beside.link_target}: the link was replaced by the new dataset; "
+                         "what it pointed to was left as it was")
     report.notes = notes
     report.seconds = time.perf_counter() - t0
     return report
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
+class _StepsOf:
+    """The ``progress(n_rows)`` a format calls with the rows of one key it wrote, shown as steps on
+    ``bar``: the rows of all ``n_keys`` keys make a step (a bar of rows counted keys × steps)."""
 
-    def close(self) -> None:
-        pass
+    def __init__(self, bar: Any, n_keys: int):
+        self._bar, self._keys = bar, max(1, n_keys)
+        self._rows = self._shown = 0
 
-
-def _bar(total: int, name: str, progress: bool):
-    if not progress:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="row", desc=f"exporting ({name})")
+    def __call__(self, n_rows: int) -> None:
+        self._rows += int(n_rows)
+        steps = self._rows // self._keys
+        if steps > self._shown:
+            self._bar.update(steps - self._shown)
+            self._shown = steps

@@ -13,5 +13,7 @@ def replaybuf_formats():
     from .hdf5.minari import MinariFormat
     from .hdf5.robomimic import RobomimicFormat
     from .lerobot import LeRobotFormat
+    from .rlds import RldsFormat
 
-    return [DiffusionPolicyFormat, LeRobotFormat, RobomimicFormat, MinariFormat, ManiSkillFormat, D3rlpyFormat]
+    return [DiffusionPolicyFormat, LeRobotFormat, RobomimicFormat, MinariFormat, ManiSkillFormat, D3rlpyFormat,
+            RldsFormat]

@@ -15,9 +15,26 @@ from replaybuf_core.layout.sharding import validate_image_frames_per_shard
 from replaybuf_core.locations import is_object_url, local_path
 
 
-def parse_episodes(spec: Any, n: int) -> list[int]:
-    """Source episode indices chosen by ``spec``: None (all), an int, an iterable of ints, or text
-    such as ``"0:10"``, ``"5"``, ``"0:10,20,30:"`` (Python slices, negative indices from the end).
+def open_format(entry: Any, path: str | os.PathLike, options: dict | None, progress: bool) -> Any:
+    """``entry.open(path, **options)``; with ``progress`` False, also ``progress=False`` for a format
+    that shows a bar while it opens (the RLDS index of many shards) — ``--no-progress`` and Dask
+    workers (whose stderr is not the user's to fill) are quiet.  A format without that option is
+    opened as it is.  Raises what the format's ``open`` raises."""
+    options = dict(options or {})
+    if not progress and "progress" not in options:
+        try:
+            return entry.open(path, **options, progress=False)
+        except TypeError as exc:
+            if "progress" not in str(exc):
+                raise
+    return entry.open(path, **options)
+
+
+def parse_episodes(spec: Any, n: int, owner: str = "the source") -> list[int]:
+    """Episode indices (of ``n`` episodes) chosen by ``spec``: None (all), an int, an iterable of
+    ints, or text such as ``"0:10"``, ``"5"``, ``"0:10,20,30:"`` (Python slices, negative indices
+    from the end).  ``owner`` names what holds the episodes in messages (``"the source"`` of an
+    import, ``"the store x.zarr"`` of an edit or export).
 
     Raises:
         ValueError: an index out of ``0..n-1``, a repeated index, or unreadable text (named).
@@ -52,13 +69,14 @@ def parse_episodes(spec: Any, n: int) -> list[int]:
             raise TypeError(f"episodes: {i!r} is not an episode index")
         j = int(i) + n if int(i) < 0 else int(i)
         if not 0 <= j < n:
-            raise ValueError(f"episodes: index {int(i)} is out of range; the source has {n} episodes (0..{n - 1})")
+            raise ValueError(f"episodes: index {int(i)} is out of range; {owner} has {n} episodes"
+                             + (f" (0..{n - 1})" if n else ""))
         chosen.append(j)
     if len(set(chosen)) != len(chosen):
         dup = sorted({i for i in chosen if chosen.count(i) > 1})
         raise ValueError(f"episodes: index(es) {dup[:10]} chosen more than once")
     if not chosen and n:
-        raise ValueError(f"episodes: {spec!r} chooses no episode (the source has {n}: 0..{n - 1})")
+        raise ValueError(f"episodes: {spec!r} chooses no episode ({owner} has {n}: 0..{n - 1})")
     return chosen
 
 

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from replaybuf_core.stats.kernels import channel_histograms
+from replaybuf_core.stats.kernels import channel_histograms, squared_error_sum
 from replaybuf_core.stats.summaries import FRAMES, KeySummary, summarize
 
 from .plan import KeyPlan
@@ -202,8 +202,7 @@ class Checker:
         for s, x, ep in parts:
             part = y[s - start:s - start + len(x)]
             if key in self.sse:
-                found.errors.append((ep, float(np.sum((part.astype(np.float64) - x.astype(np.float64)) ** 2)),
-                                     part.size))
+                found.errors.append((ep, squared_error_sum(part, x), part.size))
             elif found.bad is None and not same_bits(x, part):
                 row = s + _first_differing_row(x, part) if x.shape == part.shape else s
                 found.bad = (ep, f"rows [{s}, {s + len(x)}) differ from the source (first: row {row})")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ class _InPlace:
 
     replaces = False  # the URL held no store (check_url_destination)
     swap = True
+    keep_if_interrupted = False  # (written in place: what was committed stays anyway)
+    adopted = False  # written in place: never continued (delete it before importing there again)
 
     def __init__(self, url: str, options: dict):
         self.path, self._options = url, options
@@ -38,10 +40,20 @@ class _Beside:
 
     def __init__(self, beside: Any, dst: Path):
         self._beside, self.path, self.replaces = beside, beside.path, dst.exists()
+        self.adopted = beside.adopted  # a killed run's build, continued (:mod:`.resume`)
 
     @property
     def swap(self) -> bool:
         return self._beside.swap
+
+    @property
+    def keep_if_interrupted(self) -> bool:
+        """Keep the build when a Ctrl-C / SIGTERM ends the import (the next run continues it)."""
+        return self._beside.keep_if_interrupted
+
+    @keep_if_interrupted.setter
+    def keep_if_interrupted(self, value: bool) -> None:
+        self._beside.keep_if_interrupted = value
 
     @swap.setter
     def swap(self, value: bool) -> None:
@@ -52,10 +64,13 @@ class _Beside:
 
 
 @contextmanager
-def building(dst: Path | str, options: dict | None = None) -> Iterator[_InPlace | _Beside]:
-    """Build beside a local ``dst`` and swap it in at the end; build a URL ``dst`` in place."""
+def building(dst: Path | str, options: dict | None = None,
+             adopt: Callable[[Path], bool] | None = None) -> Iterator[_InPlace | _Beside]:
+    """Build beside a local ``dst`` and swap it in at the end; build a URL ``dst`` in place.
+    ``adopt``: which leftover build of a dead process beside a local ``dst`` to continue
+    (:func:`~replaybuf_core.importing.resume.adopter`)."""
     if isinstance(dst, Path):
-        with build_beside(dst) as beside:
+        with build_beside(dst, adopt=adopt) as beside:
             yield _Beside(beside, dst)
         return
     try:

@@ -24,7 +24,6 @@ What the destination holds besides ``data/<key>`` and ``meta/episode_ends``:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -36,21 +35,23 @@ import numpy as np
 
 from replaybuf_core import registry
 from replaybuf_core.cluster.copy import check_client, check_cluster_destination
+from replaybuf_core.interrupts import deferred_sigint
 from replaybuf_core.layout.codec_names import describe_codec
-from replaybuf_core.layout import video_packets
+from replaybuf_core.layout import image_bytes, video_packets
 from replaybuf_core.layout.frame_choice import FrameChoice, choose_frames
 from replaybuf_core.layout.schema import is_frame_shape
 from replaybuf_core.source import Source
 from replaybuf_core.store.buffer import ReplayBuffer
-from replaybuf_core.store.interrupts import deferred_sigint
 
-from .arguments import check_destination, check_settings, parse_episodes
+from .arguments import check_destination, check_settings, open_format, parse_episodes
 from .check import Checker, PassThroughMismatch, psnr_db, same_bits
 from .destination import building
 from .distributed import NotLossless, stream_on_cluster
-from .plan import KeyPlan, native, plan_key
+from .plan import KeyPlan
 from .prefetch import prefetch
 from .report import ImportReport, KeyReport
+from .resume import Progress, adopter, forget_progress, plan_digest, write_progress
+from .setup import SHARD_RAW_BYTES, continue_build, meta_arrays, no_cache, set_up  # noqa: F401 - SHARD_RAW_BYTES: re-exported
 from .uint8_exact import as_uint8_if_lossless, first_bad_value
 
 logger = logging.getLogger(__name__)
@@ -61,37 +62,12 @@ __all__ = ["import_source", "import_dataset", "parse_episodes", "check_settings"
 IMPORT_COMMIT_INTERVAL = 0.25
 #: Source bytes per part of an episode (all keys): long episodes stream in parts of about this size.
 PART_BYTES = 16 * 2**20
-#: Raw bytes of the frames in one shard at most: large frames get fewer frames per shard, so that a
-#: shard staged for writing (and its source values kept for the check) stays this small.
-SHARD_RAW_BYTES = 16 * 2**20
-SOURCE_EPISODE_INDEX = "source_episode_index"
-EPISODE_ATTRS = "episode_attrs"
 
 
 class _NotLossless(Exception):
     def __init__(self, key: str, episode: int, row: int, reason: str):
         super().__init__(f"data/{key}: episode {episode}, row {row}: {reason}")
         self.key, self.episode, self.row, self.reason = key, episode, row, reason
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return str(x)
-    return x
-
-
-def _no_cache(store: Any) -> None:
-    """Every chunk is read once, in order: a cache of decoded chunks would only cost memory."""
-    if hasattr(store, "cache_bytes"):
-        store.cache_bytes = 0
 
 
 def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, format: str | None = None, *,
@@ -106,7 +82,7 @@ def import_dataset(src: str | os.PathLike, dst: str | os.PathLike, format: str |
         and what the format's ``open`` and :func:`import_source` raise.
     """
     entry = registry.get_format(format) if format is not None else registry.guess_format(src)
-    source = entry.open(src, **(format_options or {}))
+    source = open_format(entry, src, format_options, kwargs.get("progress", True))
     source.open_args = (entry.name, os.path.abspath(os.path.expanduser(os.fspath(src))),  # for workers (client=)
                         dict(format_options or {}))
     try:
@@ -131,6 +107,7 @@ def import_source(
     drop_empty_episodes: bool = False,
     storage_options: dict[str, Any] | None = None,
     client: Any = None,
+    resume: bool = True,
 ) -> ImportReport:
     """Import ``source`` into a new store at ``dst`` (see the module docstring for what it holds).
 
@@ -163,6 +140,12 @@ def import_source(
             shard-aligned span (:mod:`~replaybuf_core.importing.distributed`); the result is the
             serial import's, bit for bit.  Needs a source opened by :func:`import_dataset` (its
             workers open it again) and a destination every worker reaches at the same path or URL.
+        resume: with ``client`` and a local ``dst``: continue what a stopped run of the same import
+            left beside ``dst`` (interrupted — Ctrl-C, SIGTERM — such an import keeps its build for
+            this; killed, it is left as it was) (:mod:`~replaybuf_core.importing.resume`: the same source files,
+            episodes, keys and options; its committed episodes are kept, neither read nor written
+            again; the report's ``resumed`` says how many).  False (CLI ``--restart``): remove it and
+            start over.  Imports without ``client`` always start over.
 
     Returns:
         An :class:`ImportReport`; check ``report.ok`` (verification problems do not raise).
@@ -218,10 +201,10 @@ def import_source(
     if not keys:
         raise ValueError(f"nothing to import: every key of {src_path} is skipped")
     asked, choices = _frame_choices(source, keys, frames)
-    passed = [k for k, c in choices.items() if c.passthrough]
+    passed = [k for k, c in choices.items() if c.passthrough and c.codec != "jpeg"]  # JPEG bytes: also on Dask
     if passed and client is not None:
-        raise ValueError(f"video passthrough ({', '.join(passed)}) runs in one process, not on a Dask cluster: "
-                         "import without client= (or with video reencode)")
+        raise ValueError(f"pass-through ({', '.join(f'{k}: {choices[k]}' for k in passed)}) runs in one process, not on a "
+                         "Dask cluster: import without client= (or with LeRobot's video reencode)")
     chosen = parse_episodes(episodes, source.n_episodes)
     missing = [i for i in chosen if i in source.unavailable]
     if missing and not source.skip_unavailable:
@@ -265,13 +248,21 @@ def import_source(
         del first
     settings = dict(keep_dtype=bool(keep_dtype), lossy_quality=lossy_quality, frames=choices, frames_per_shard=fps,
                     max_rows=max_rows, client=client, backend=backend, storage_options=storage_options)
-    with building(dst_path, options) as beside:
+    local = isinstance(dst_path, Path)
+    plan = plan_digest(source, keys, indices, settings, kept) if client is not None and local else None
+    adopt = adopter(plan if resume else None, "--restart / resume=False" if client is not None else
+                    "only an import on a Dask cluster (--workers / --scheduler) continues a stopped one")
+    resumed = None
+    with building(dst_path, options, adopt=adopt if local else None) as beside:
+        adopted = beside.adopted
+        # a Ctrl-C or SIGTERM (a cluster's preemption) of a resumable import keeps its build for the next run
+        beside.keep_if_interrupted = plan is not None and resume
         while True:
             try:
-                plans, checker, bounds = _import_once(source, entry, beside.path, keys, indices, n_steps, kept,
-                                                      settings, progress, bool(restarts), _provenance(
-                                                          source, src_path, skip, empty, chosen, settings,
-                                                          unavailable), options)
+                plans, checker, bounds, resumed = _import_once(
+                    source, entry, beside.path, keys, indices, n_steps, kept, settings, progress, bool(restarts),
+                    _provenance(source, src_path, skip, empty, chosen, settings, unavailable), options,
+                    plan_digest(source, keys, indices, settings, kept) if plan is not None else None, adopted)
                 break
             except PassThroughMismatch as exc:  # that camera re-encoded from the start: nothing of it kept
                 msg = f"{exc}: the source's packets did not decode to its frames; restarting with {exc.key!r} re-encoded"
@@ -281,6 +272,7 @@ def import_source(
                 if asked.get(exc.key) is not None:
                     choices[exc.key] = asked[exc.key]
                 source.decline_frame_choice(exc.key, f"the pass-through check failed ({exc})")
+                adopted = False
             except (_NotLossless, NotLossless) as exc:
                 dtype = source.keys[exc.key].dtype
                 msg = (f"data/{exc.key}: episode {exc.episode}, row {exc.row} {exc.reason}; restarting with "
@@ -288,28 +280,36 @@ def import_source(
                 logger.warning("%s", msg)
                 restarts.append(msg)
                 kept[exc.key] = f"kept as {dtype}: {exc.reason} (episode {exc.episode}, row {exc.row})"
+                adopted = False
         report = _verify(source, entry, src_path, beside.path, plans, checker, indices, backend, options)
         report.dst = os.fspath(dst_path)
+        if plan is not None:
+            forget_progress(beside.path)  # verified: nothing to continue; the store is the serial import's
         report.stored_bytes = beside.stored_bytes()
         if not report.ok and beside.replaces:
             beside.swap = False  # keep the store that was there; the report says why
             report.problems.append(f"{dst_path} was left as it was: the new import failed verification")
         elif report.ok:
             with ReplayBuffer(os.fspath(beside.path), backend=backend, **options) as rb:
-                _no_cache(rb.store)
+                no_cache(rb.store)
                 summarizer = checker.stats_summarizer()  # frames: the histograms of the rows checked
                 if client is not None:
                     from replaybuf_core.cluster.stats import cluster_summarizer
 
                     summarizer = cluster_summarizer(client, os.fspath(beside.path), storage_options, backend)
                 rb.get_stats(summarizer=summarizer)  # stored with the store (meta/replaybuf_stats), kept up to date
-                rb.store.set_attrs("data", {"import": {**rb.store.get_attrs("data")["import"], "complete": True}})
+                rb.store.set_attrs("data", {"import": {  # with what the source said while it was read
+                    **rb.store.get_attrs("data")["import"], "complete": True, "notes": list(source.notes),
+                    "key_notes": {k: list(v) for k, v in source.key_notes.items() if k in keys and v}}})
     report.format = source.format_name
     report.restarts = restarts
+    report.resumed = resumed
     report.dropped_empty_episodes = empty
     report.skipped_episodes = list(source.skipped) + unavailable
     report.skipped_keys = skip
     report.notes = list(source.notes)
+    for key, r in report.keys.items():
+        r.source_notes = list(source.key_notes.get(key, ()))
     report.frame_handling = {k: v for k, v in source.frame_handling.items() if k in keys}
     report.source_bytes, report.source_episodes = source.source_bytes(), source.n_episodes
     report.seconds = time.perf_counter() - t0
@@ -336,37 +336,43 @@ def _provenance(source: Source, src_path: Path, skip: list[str], empty: list[int
             "frames": {k: str(c) for k, c in settings["frames"].items()},
             "episodes": sel, "skipped_keys": skip, "dropped_empty_episodes": list(empty),
             "skipped_episodes": list(source.skipped) + unavailable, "notes": list(source.notes),
-            "complete": False}
-
-
-def _image_frames_per_shard(spec_shape: tuple[int, ...], requested: int | None) -> int | None:
-    if requested is None:
-        return None
-    frame_bytes = int(np.prod(spec_shape))
-    return max(1, min(requested, SHARD_RAW_BYTES // max(1, frame_bytes)))
+            "key_notes": {k: list(v) for k, v in source.key_notes.items() if k not in skip and v}, "complete": False}
 
 
 def _import_once(source: Source, entry: Any, path: Path, keys: list[str], indices: list[int], n_steps: int,
                  kept: dict[str, str], settings: dict, progress: bool, replace: bool,
-                 provenance: dict[str, Any], options: dict) -> tuple[dict[str, KeyPlan], Checker, list]:
+                 provenance: dict[str, Any], options: dict, plan: str | None = None, adopted: bool = False,
+                 ) -> tuple[dict[str, KeyPlan], Checker, list, tuple[int, int] | None]:
+    """One pass of the import into ``path`` (created; ``replace``: over what a restart left there; with
+    ``adopted``, a stopped run's build continued when it fits the plan, else started over).  Returns
+    the plans, the checker, the episodes' bounds and ``(episodes kept, episodes)`` when continued."""
     # Setting up is not cut by Ctrl-C / SIGTERM: an interrupted zarr call would go on writing in
     # zarr's event-loop thread after the build beside the destination was removed.
     rb = None
+    progress_kept = None
     try:
         with deferred_sigint():  # a signal held meanwhile is raised at its end, inside this try
-            dst = entry.create(os.fspath(path), if_exists="replace" if replace else "raise", **options)
-            try:
-                rb, plans = _set_up(source, dst, keys, indices, n_steps, kept, settings, provenance)
-            except BaseException:
-                dst.close()
-                raise
+            if adopted:
+                rb, plans, progress_kept = continue_build(source, entry, path, keys, indices, n_steps, kept,
+                                                          settings, plan, options)
+            if rb is None:
+                dst = entry.create(os.fspath(path), if_exists="replace" if replace or adopted else "raise", **options)
+                try:
+                    rb, plans = set_up(source, dst, keys, indices, n_steps, kept, settings, provenance)
+                    if plan is not None:
+                        write_progress(path, Progress(plan))
+                except BaseException:
+                    dst.close()
+                    raise
         if settings["client"] is None:
-            with video_packets.session():  # a pass-through source hands its packets to the video codec
-                return _stream(source, rb, plans, keys, indices, n_steps, settings, progress)
+            # a pass-through source hands its packets to the video codec, its JPEG bytes to the JPEG codec
+            with video_packets.session(), image_bytes.session():
+                return (*_stream(source, rb, plans, keys, indices, n_steps, settings, progress), None)
+        resumed = (int(rb.n_episodes), len(indices)) if progress_kept is not None and rb.n_episodes else None
         checker, bounds = stream_on_cluster(settings["client"], source, rb, plans, indices, n_steps, source.open_args,
                                             os.fspath(path), settings["backend"], settings["storage_options"],
-                                            progress)
-        return plans, checker, bounds
+                                            progress, plan, progress_kept)
+        return plans, checker, bounds, resumed
     finally:
         if rb is not None:
             rb.close()  # releases the destination's writer lock and its open files
@@ -432,53 +438,6 @@ def _stream(source: Source, rb: ReplayBuffer, plans: dict[str, KeyPlan], keys: l
     return plans, checker, bounds
 
 
-def _set_up(source: Source, dst: Any, keys: list[str], indices: list[int], n_steps: int, kept: dict[str, str],
-            settings: dict, provenance: dict[str, Any]) -> tuple[ReplayBuffer, dict[str, KeyPlan]]:
-    """Create the arrays, meta and attributes of a new destination; returns the buffer on it and the
-    plan of each key."""
-    _no_cache(dst)
-    passed = [k for k, c in settings["frames"].items() if c.passthrough]
-    if passed and getattr(dst, "image_codec", None) is None:
-        raise ValueError(f"video passthrough ({', '.join(passed)}): this backend ({type(dst).__name__}) has no video "
-                         "frame codec to hold the source's packets (the zarr backend's); import with video reencode")
-    lossy = [f"{k}={c}" for k, c in settings["frames"].items() if not c.lossless]
-    if lossy and getattr(dst, "image_codec", None) is None:
-        raise ValueError(f"frames / lossy_quality: this backend ({type(dst).__name__}) has no image codec and "
-                         f"stores frames exactly; {', '.join(lossy)} is lossy (frame codecs are the zarr backend's)")
-    # first: a store built in place (object storage) reads as an empty buffer from here on
-    ReplayBuffer._ensure_episode_ends(dst)
-    plans = {k: plan_key(k, source.keys[k], n_steps, dst, settings["keep_dtype"], settings["frames"].get(k),
-                         _image_frames_per_shard(source.keys[k].shape, settings["frames_per_shard"]), kept)
-             for k in keys}
-    for key, p in plans.items():
-        dst.create_array("data", key, shape=(0,) + p.shape[1:], dtype=p.dtype, chunks=p.chunks,
-                         codec=p.codec, shards=p.shards, fill_value=None if p.dtype == object else 0)
-    whole, per_episode = _meta_arrays(source, indices)
-    for name, values in whole.items():
-        _write_meta(dst, name, values)
-    for name, values in per_episode.items():  # rows come with the commits (_stage_episode_meta below)
-        _write_meta(dst, name, values, rows=0)
-    conversions = {
-        p.key: {"source_dtype": str(p.src_dtype) if p.src_dtype.isnative else p.src_dtype.str,
-                "converted_to": str(p.dtype), "codec": describe_codec(p.codec)}
-        for p in plans.values() if p.converted or p.dtype != p.src_dtype
-    }
-    dst.set_attrs("data", _jsonable({
-        "conversions": conversions,
-        "import": {**provenance, "kept_dtype": dict(kept)},
-        "fps": source.fps,
-        "source_attrs": source.attrs,
-        "key_attrs": {k: dict(source.keys[k].attrs) for k in keys if source.keys[k].attrs},
-    }))
-    rb = ReplayBuffer(dst)
-    rb._stage_episode_meta(per_episode)  # each commit writes its episodes' rows: a killed import's meta is its own
-    # The final length is known: size every data array once.  The rows stay uncommitted until the
-    # writer commits their episodes; a crash leaves rows past episode_ends that the next open trims.
-    for key in keys:
-        dst.resize("data", key, n_steps)
-    return rb, plans
-
-
 def _part_length(source: Source, index: int, part: dict[str, np.ndarray], keys: list[str]) -> int:
     lens = {k: len(part[k]) for k in keys if k in part}
     missing = [k for k in keys if k not in part]
@@ -486,52 +445,6 @@ def _part_length(source: Source, index: int, part: dict[str, np.ndarray], keys: 
         raise ValueError(f"{source.format_name} source {source.path}: episode {index}: a part "
                          f"{'lacks ' + str(missing) if missing else 'has keys of different lengths ' + str(lens)}")
     return next(iter(lens.values()))
-
-
-def _meta_arrays(source: Source, indices: list[int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The source's meta arrays: ``(whole, per_episode)`` — those written at once, and those with one
-    row per imported episode (the source's ``episode_meta``, ``source_episode_index``,
-    ``episode_attrs``), which grow with the commits."""
-    whole = dict(source.meta_arrays())
-    per_episode: dict[str, np.ndarray] = {}
-    for name, values in source.episode_meta(indices).items():
-        if name in whole:
-            raise ValueError(f"{source.format_name} source: meta array {name!r} is given twice")
-        if len(values) != len(indices):
-            raise ValueError(f"{source.format_name} source: meta array {name!r} has {len(values)} rows for "
-                             f"{len(indices)} episodes")
-        per_episode[name] = values
-    for reserved in ("episode_ends", SOURCE_EPISODE_INDEX, EPISODE_ATTRS):
-        if reserved in whole or reserved in per_episode:
-            raise ValueError(f"{source.format_name} source: meta array name {reserved!r} is the import's own")
-    for out in (whole, per_episode):
-        for name, values in out.items():  # native byte order, as data keys (the same values)
-            values = np.asarray(values)
-            if not values.dtype.isnative:
-                out[name] = values.astype(native(values.dtype))
-    per_episode[SOURCE_EPISODE_INDEX] = np.asarray([source.episode_id(i) for i in indices], dtype=np.int64)
-    attrs = [source.episode_attrs(i) for i in indices]
-    if any(attrs):
-        per_episode[EPISODE_ATTRS] = np.array([json.dumps(_jsonable(a), sort_keys=True) for a in attrs], dtype=object)
-    return whole, per_episode
-
-
-def _write_meta(dst: Any, name: str, values: np.ndarray, rows: int | None = None) -> None:
-    """Create ``meta/<name>`` chunked for all of ``values`` and write them — or, with ``rows``, create
-    it with that many rows and write nothing (rows that come with the commits)."""
-    from replaybuf_core.layout.chunks import get_optimal_chunks
-    from replaybuf_core.layout.compressors import resolve_compressor
-
-    values = np.asarray(values)
-    if values.ndim == 0:
-        values = values.reshape(1)
-    obj = values.dtype == object
-    dst.create_array("meta", name, shape=values.shape if rows is None else (rows,) + values.shape[1:],
-                     dtype=values.dtype,
-                     chunks=get_optimal_chunks((max(1, len(values)),) + values.shape[1:], values.dtype),
-                     codec=None if obj else resolve_compressor("default"), fill_value=None if obj else 0)
-    if rows is None and len(values):
-        dst.write("meta", name, 0, values)
 
 
 def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: dict[str, KeyPlan],
@@ -542,7 +455,7 @@ def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: d
     dst_rb = ReplayBuffer.create_from_path(dst_path, backend=backend, **options)
     try:
         dst = dst_rb.store
-        _no_cache(dst)
+        no_cache(dst)
         want_ends = np.cumsum(np.asarray(source.episode_lengths, dtype=np.int64)[indices])
         if dst_rb.n_episodes != len(want_ends) or not np.array_equal(dst_rb.episode_ends, want_ends):
             problems.append(f"meta/episode_ends differs: {len(want_ends)} episodes / "
@@ -560,7 +473,7 @@ def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: d
             if p.image:
                 stored = getattr(dst, "stored_bytes", lambda g, n: None)("data", key)
                 reports[key].bytes_per_frame = stored / shape[0] if stored is not None and shape[0] else None
-                reports[key].source_bytes_per_frame = source.frame_bytes(key)
+                reports[key].source_bytes_per_frame = source.frame_bytes(key, list(indices))
             if shape != p.shape or dtype != p.dtype:
                 problems.append(f"data/{key}: destination is {shape} {dtype}, expected {p.shape} {p.dtype}")
         meta_keys = sorted(dst.list_arrays("meta"))
@@ -576,7 +489,7 @@ def _verify(source: Source, entry: Any, src_path: Path, dst_path: Path, plans: d
                 r.min_episode_psnr_db = checker.worst[key]
             else:
                 r.exact = key not in checker.first_bad
-        whole, per_episode = _meta_arrays(source, indices)
+        whole, per_episode = meta_arrays(source, indices)
         for name, want in {**whole, **per_episode}.items():
             if not dst.has_array("meta", name):
                 problems.append(f"meta/{name}: missing from the destination")

@@ -77,7 +77,10 @@ def plan_key(key: str, spec: KeySpec, n_steps: int, dst: Any, keep_dtype: bool, 
             chunks = frame_chunk_shape(shape, codec)
             shards = frame_shard_shape(chunks, frames_per_shard) if frames_per_shard else None
             lossy = choice is not None and not choice.lossless
-            if choice is not None and choice.passthrough and note is None:
+            if choice is not None and choice.passthrough and note is None and choice.codec == "jpeg":
+                note = ("the source's JPEG bytes, passed through (the quality and subsampling in zarr.json apply "
+                        "only to frames appended later)")
+            elif choice is not None and choice.passthrough and note is None:
                 note = (f"the source's {choice.bitstream} packets, passed through ({choice.gop} frames a chunk; "
                         "the crf and preset in zarr.json apply only to frames appended later)")
         else:  # a backend without an image codec: exact frames, compressed as numbers

@@ -14,7 +14,9 @@ class KeyReport:
     source in every episode; False when an episode differs; None for lossy keys (see ``psnr_db``,
     dB over the whole key, and ``min_episode_psnr_db``, the worst episode; ``inf`` when identical).
     Camera frames: ``bytes_per_frame`` stored (None when the backend cannot tell) and
-    ``source_bytes_per_frame`` (None when the format cannot tell, e.g. frames inside an HDF5 file).
+    ``source_bytes_per_frame``, of the imported episodes (None when the format cannot tell, e.g.
+    frames inside an HDF5 file).  ``source_notes``: what the source format said about this key
+    (``Source.key_notes``: a camera's bit depth or rotation the stored frames do not keep...).
     """
 
     key: str
@@ -32,6 +34,7 @@ class KeyReport:
     note: str | None = None
     bytes_per_frame: float | None = None
     source_bytes_per_frame: float | None = None
+    source_notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -44,7 +47,10 @@ class ImportReport:
     the source format said about the source (lossy video, a camera with no files...);
     ``skipped_episodes``: source episodes left out, each ``{"episode": ..., "reason": ...}``;
     ``frame_handling``: camera → how the format stored it when it chose (LeRobot's ``video="passthrough"``:
-    ``"passed through: ..."`` or ``"re-encoded with the frames= codec: <why>"``).
+    ``"passed through: ..."`` or ``"re-encoded with the frames= codec: <why>"``);
+    ``resumed``: ``(kept, episodes)`` when the import continued a stopped run's build
+    (:mod:`~replaybuf_core.importing.resume`): ``kept`` of its ``episodes`` were already imported
+    and were neither read nor written again; None for an import from the start.
     """
 
     src: str
@@ -67,6 +73,7 @@ class ImportReport:
     source_episodes: int = 0
     stored_bytes: int = 0
     seconds: float = 0.0
+    resumed: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -78,6 +85,9 @@ class ImportReport:
         fmt = f" ({self.format})" if self.format else ""
         lines = [f"imported {self.src}{fmt} -> {self.dst}: {self.n_episodes} episodes, {self.n_steps} steps "
                  f"in {self.seconds:.1f} s"]
+        if self.resumed is not None:
+            lines.append(f"  resumed: {self.resumed[0]} of {self.resumed[1]} episodes were already imported (kept from "
+                         "a stopped run)")
         width = max([12] + [len(k) for k in self.keys])
         for r in self.keys.values():
             dt = r.source_dtype if r.source_dtype == r.stored_dtype else f"{r.source_dtype}->{r.stored_dtype}"
@@ -96,8 +106,8 @@ class ImportReport:
                 hint = _flat_frames_hint(r)
                 if hint:
                     lines.append(f"  {'':<{width}} hint: {hint}")
-            if r.note:
-                lines.append(f"  {'':<{width}} note: {r.note}")
+            for note in ([r.note] if r.note else []) + r.source_notes:
+                lines.append(f"  {'':<{width}} note: {note}")
         lines.append(f"  meta: {', '.join(self.meta_keys)}")
         for key, how in self.frame_handling.items():
             lines.append(f"  video: {key}: {how}")

@@ -35,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core import registry
+from replaybuf_core.layout.chunks import row_bytes
 from replaybuf_core.layout.keys import TMP_KEY
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS
 from replaybuf_core.store.commit import EPISODE_ENDS, read_commit_record
 from replaybuf_core.store.editing import STATS_PREFIX, STATS_RECORD
+from replaybuf_core.store.progress import progress_bar
 
 #: per array, at most this many undecodable blocks are listed, then a count of the rest
 MAX_BLOCK_PROBLEMS = 10
@@ -58,7 +60,7 @@ class Problem:
         return f"{self.level.upper()}: {self.message}"
 
 
-def _rows_per_block(store: Any, group: str, name: str, row_bytes: int) -> int:
+def _rows_per_block(store: Any, group: str, name: str, per_row: int) -> int:
     obj = None
     if CAP_SHARDS in store.capabilities:
         sh = store.shards(group, name)
@@ -67,7 +69,7 @@ def _rows_per_block(store: Any, group: str, name: str, row_bytes: int) -> int:
         ck = store.chunks(group, name)
         obj = ck[0] if ck else None
     obj = max(1, int(obj or 1))
-    per = max(1, MIN_BLOCK_BYTES // max(row_bytes, 1) // obj)
+    per = max(1, MIN_BLOCK_BYTES // max(per_row, 1) // obj)
     return obj * per
 
 
@@ -78,9 +80,10 @@ def import_incomplete(data_attrs: Any) -> bool:
     return isinstance(record, dict) and record.get("complete") is False
 
 
-def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem]:
+def verify_store(path_or_store: Any, backend: str | None = None, progress: bool = False) -> list[Problem]:
     """Check the store at ``path_or_store`` (a path, a native root or a StorageBackend); never
-    modifies it.  Returns every :class:`Problem` found (empty: clean).
+    modifies it.  Returns every :class:`Problem` found (empty: clean).  ``progress``: a tqdm bar on
+    stderr over the bytes of the arrays decoded (:mod:`replaybuf_core.store.progress`).
 
     Raises:
         FileNotFoundError / BackendNotFoundError (ValueError): nothing at the path, or no backend
@@ -164,6 +167,8 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
             err("meta/episode_ends", str(exc))
             damaged = True
     checker = getattr(store, "check_chunks", None)
+    bar = progress_bar("verifying", sum(_array_bytes(store, group, name) for group in ("data", "meta")
+                                    for name in store.list_arrays(group)), progress)
     for group in ("data", "meta"):
         for name in store.list_arrays(group):
             where = f"{group}/{name}"
@@ -171,6 +176,7 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                 note(where, f"{where} is the new array of an interrupted rechunk of {name[len(TMP_KEY) + 1:]!r}: it "
                             "holds no committed data; `replaybuf verify --repair` or the next writable open "
                             "removes it")
+                bar.update(_array_bytes(store, group, name))
                 continue
             shape = tuple(store.shape(group, name))
             if group == "data" and ends is not None:
@@ -197,7 +203,8 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
                     found = checker(group, name)
                 for msg in found:
                     err(where, msg)
-            _scan(store, group, name, shape, ends, err, note)
+            _scan(store, group, name, shape, ends, err, note, bar)
+    bar.close()
     if not any(p.level == "error" for p in problems):
         _check_stats(store, err, note)
     if damaged:  # nothing is trimmed or dropped on a damaged store: say so instead of the usual notes
@@ -205,6 +212,12 @@ def verify_store(path_or_store: Any, backend: str | None = None) -> list[Problem
         note("meta/episode_ends", "rows past episode_ends[-1] and trailing fill values are kept as they are: "
                                   "recovery does not repair damage (writable opens and --repair refuse it)")
     return problems
+
+
+def _array_bytes(store, group: str, name: str) -> int:
+    """Decoded bytes of ``group/name`` (what verifying it reads)."""
+    shape = tuple(store.shape(group, name))
+    return row_bytes(shape, store.dtype(group, name)) * shape[0] if shape else 0
 
 
 def _stats_rows_in_use(store, name: str) -> int | None:
@@ -234,8 +247,9 @@ def _check_stats(store, err, note) -> None:
         (err if level == "error" else note)(where, msg)
 
 
-def _scan(store, group, name, shape, ends, err, note) -> None:
-    """Read the array block by block: report blocks that fail to decode and non-finite floats."""
+def _scan(store, group, name, shape, ends, err, note, bar) -> None:
+    """Read the array block by block: report blocks that fail to decode and non-finite floats; tell
+    ``bar`` the bytes of each block read."""
     where = f"{group}/{name}"
     if len(shape) == 0:
         try:
@@ -243,9 +257,8 @@ def _scan(store, group, name, shape, ends, err, note) -> None:
         except Exception as exc:  # noqa: BLE001
             err(where, f"{where} (a scalar) does not decode: {type(exc).__name__}: {exc}")
         return
-    dtype = np.dtype(store.dtype(group, name))
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * (dtype.itemsize if dtype != object else 64)
-    step = _rows_per_block(store, group, name, row_bytes)
+    per_row = row_bytes(shape, store.dtype(group, name))
+    step = _rows_per_block(store, group, name, per_row)
     obj = step
     if CAP_SHARDS in store.capabilities and store.shards(group, name):
         obj, kind = store.shards(group, name)[0], "shard"
@@ -259,6 +272,7 @@ def _scan(store, group, name, shape, ends, err, note) -> None:
     n = shape[0]
     for start in range(0, n, step):
         stop = min(n, start + step)
+        bar.update((stop - start) * per_row)
         try:
             block = store.read(group, name, start, stop)
         except Exception:  # noqa: BLE001 - narrow down to the failing object(s)

@@ -9,6 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def row_bytes(shape: Sequence[int], dtype: object) -> int:
+    """Bytes of one decoded row (time on axis 0) of an array of ``shape`` and ``dtype``; a string
+    (object) element counts 64."""
+    dtype = np.dtype(dtype)
+    return int(np.prod(tuple(shape)[1:], dtype=np.int64)) * (dtype.itemsize if dtype != object else 64)
+
+
 def _is_integral(x: object) -> bool:
     return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
 

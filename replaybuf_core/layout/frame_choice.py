@@ -8,14 +8,17 @@ Grammar of one choice (case-insensitive):
                    (JPEG XL lossless, effort 1; frames of at most 96 × 96 pixels:
                    lossless WebP, method 1 — :func:`tier_choice`; both chosen by measurement,
                    ``benchmarks/frames``)
-``fast``           the fast lossy tier — :data:`TIERS` (JPEG quality 95, 4:4:4: PSNR ≥ 40 dB)
+``fast``           the fast lossy tier — :data:`TIERS` (JPEG quality 95, 4:4:4 up to 96 × 96 pixels,
+                   4:2:0 above: :data:`FAST_LARGE`; PSNR ≥ 40 dB)
 ``jpegxl``         lossless JPEG XL (``jpegxl:E``: effort E in 1..9, default 1)
 ``webp``           lossless WebP (the codec of stores written before the ladder; slow to encode)
 ``webp:mM``        lossless WebP at libwebp method M (0..6, 0 fastest), effort 0
 ``webp:Q``         lossy WebP at quality Q (0..100)
 ``jpeg[:Q]``       JPEG at quality Q (1..100, default 95), no chroma subsampling (4:4:4)
 ``jpeg420[:Q]``    JPEG with 4:2:0 chroma subsampling (smaller, softer colour)
-``video[:...]``    the compact tier: each chunk of G frames one closed GOP —
+``compact``        the compact tier — :data:`TIERS` (``video:h264:16:g4``: about LeRobot's AV1 bytes at
+                   ≥ 40 dB on real 640 × 480 camera frames; a random frame decodes at most 4)
+``video[:...]``    video chunks: each chunk of G frames one closed GOP —
                    ``video[:h264|av1][:CRF][:gG]`` (default ``video:h264:18:g8``; AV1's default crf
                    30); RGB frames with even sides; lossy (PSNR checked); needs PyAV
 =================  =============================================================================
@@ -33,7 +36,13 @@ __all__ = ["FRAMES_HELP", "FrameChoice", "SMALL_FRAME_PIXELS", "TIERS", "parse_f
            "choose_frames"]
 
 #: the two tiers, by name → the codec each means (what ``exact`` and ``fast`` resolve to)
-TIERS = {"exact": "jpegxl:1", "fast": "jpeg:95"}
+TIERS = {"exact": "jpegxl:1", "fast": "jpeg:95", "compact": "video:h264:16:g4"}
+#: ``compact``'s choice, measured on the G1 data's 640 × 480 camera (``benchmarks/natural``, issue 48):
+#: H.264 (x264 ``medium``, ``fastdecode``: no CABAC, no deblocking) in closed GOPs of 4 frames at crf
+#: 16 is 10.5 KB a frame (1.17× the source AV1's 9.0 KB) at 40.4 dB against the source's decode;
+#: a random frame costs at most 4 decodes of ~0.6 ms (GOPs of 2 need 1.4× the bytes for 40 dB, of 8
+#: twice the decodes; CABAC halves the decode speed for ~15 % fewer bytes).  H.264, not AV1:
+#: A100/H100 GPUs decode H.264 in hardware (NVDEC) and not AV1.
 
 #: frames of at most this many pixels (H × W: 96 × 96) take :data:`EXACT_SMALL` for ``exact``.
 #: Measured (``benchmarks/frames``, one thread): on Push-T's 96 × 96 frames lossless WebP method 1
@@ -43,19 +52,26 @@ TIERS = {"exact": "jpegxl:1", "fast": "jpeg:95"}
 SMALL_FRAME_PIXELS = 96 * 96
 #: what ``exact`` means for small frames
 EXACT_SMALL = "webp:m1"
+#: what ``fast`` means for frames of more than :data:`SMALL_FRAME_PIXELS` pixels: JPEG at 4:2:0.
+#: Camera frames that size come from 4:2:0 video or sensors (a 4:4:4 JPEG stores chroma they never
+#: had); measured on the G1 data's 640 × 480 frames (one thread): 63 against 82 KB a frame, decoded
+#: in 0.97 against 1.24 ms, at 44.5 against 46.7 dB (worst frame).  Small frames (Push-T's flat
+#: colours) keep 4:4:4.
+FAST_LARGE = "jpeg420:95"
 
 #: the default of imports, synth and schema creation: exact frames
 DEFAULT = "exact"
 
 #: the ``--frames`` help of every CLI command that writes frames
 FRAMES_HELP = ("camera-frame codec: exact (lossless: JPEG XL, WebP for frames of at most 96x96=9216 px; the default), "
-               "fast (JPEG q95, lossy, checked by PSNR), jpegxl[:EFFORT], webp (lossless), webp:mMETHOD "
+               "fast (JPEG q95, 4:2:0 above 96x96 px; lossy, checked by PSNR), compact (video:h264:16:g4: about "
+               "LeRobot's video bytes), jpegxl[:EFFORT], webp (lossless), webp:mMETHOD "
                "(lossless), webp:Q, jpeg[:Q], jpeg420[:Q], "
-               "video[:h264|av1][:CRF][:gFRAMES] (compact: G frames a chunk, one GOP; PyAV); per key: "
+               "video[:h264|av1][:CRF][:gFRAMES] (G frames a chunk, one GOP; PyAV); per key: "
                "'KEY=CHOICE,...,*=CHOICE'")
 
 _CODECS = ("webp", "jpegxl", "jpeg", "jpeg420", "video")
-_GRAMMAR = ("exact, fast, jpegxl[:EFFORT 1..9], webp (lossless), webp:mMETHOD (0..6, lossless), "
+_GRAMMAR = ("exact, fast, compact, jpegxl[:EFFORT 1..9], webp (lossless), webp:mMETHOD (0..6, lossless), "
             "webp:QUALITY (0..100, lossy), "
             "jpeg[:QUALITY 1..100], jpeg420[:QUALITY] or video[:h264|av1][:CRF][:gFRAMES]")
 
@@ -76,10 +92,13 @@ class FrameChoice:
     None; ``bitstream``: video's ``"h264"`` / ``"av1"``, else None; ``gop``: video's frames per chunk,
     else None.  ``passthrough``: a video choice no ``--frames`` spelling makes — a source's own packets
     stored as they are (a LeRobot import's ``video="passthrough"``, :mod:`.video_packets`): lossless
-    against the source's decode, ``quality`` None.  ``method``: lossless WebP's libwebp method (0..6;
+    against the source's decode, ``quality`` None; or a JPEG choice whose frames are the source's own
+    JPEG bytes (an RLDS import, :mod:`.image_bytes`): lossless against the source's decode, ``quality``
+    and ``subsampling`` those of frames appended later.  ``method``: lossless WebP's libwebp method (0..6;
     None: ``webp``'s own setting).  ``tier``: ``"exact"`` / ``"fast"`` when the choice was spelled by
     its tier (not compared: a tier resolves per camera, :func:`tier_choice`).  ``str(choice)`` is its ``--frames`` spelling
-    (``passthrough:BITSTREAM:gG`` for a pass-through choice, which ``--frames`` does not take).
+    (``passthrough:BITSTREAM:gG`` / ``passthrough:jpeg`` for a pass-through choice, which ``--frames`` does
+    not take).
     """
 
     codec: str
@@ -94,10 +113,12 @@ class FrameChoice:
 
     @property
     def lossless(self) -> bool:
-        """True when every frame reads back bit for bit."""
-        return self.quality is None
+        """True when every frame reads back bit for bit (a pass-through reads back as the source's decode)."""
+        return self.quality is None or self.passthrough
 
     def __str__(self) -> str:
+        if self.codec == "jpeg" and self.passthrough:
+            return "passthrough:jpeg"
         if self.codec == "jpeg":
             return f"{'jpeg420' if self.subsampling == '420' else 'jpeg'}:{self.quality}"
         if self.codec == "jpegxl":
@@ -284,9 +305,13 @@ def choose_frames(frames: Any, cameras: Mapping[str, tuple[Sequence[int], Any]],
 def tier_choice(choice: FrameChoice, shape: Sequence[int]) -> FrameChoice:
     """``choice`` for a camera of frames ``shape`` (steps first: (T, H, W[, C])): the ``exact`` tier is
     lossless WebP, method 1 (:data:`EXACT_SMALL`) for frames of at most :data:`SMALL_FRAME_PIXELS`
-    pixels and JPEG XL otherwise; every other choice is returned as it is."""
-    if choice.tier == "exact" and len(shape) >= 3 and int(shape[1]) * int(shape[2]) <= SMALL_FRAME_PIXELS:
+    pixels and JPEG XL otherwise; the ``fast`` tier JPEG q95 at 4:4:4 up to that size and 4:2:0
+    (:data:`FAST_LARGE`) above; every other choice is returned as it is."""
+    small = len(shape) >= 3 and int(shape[1]) * int(shape[2]) <= SMALL_FRAME_PIXELS
+    if choice.tier == "exact" and small:
         return replace(parse_frame_choice(EXACT_SMALL), tier="exact")
+    if choice.tier == "fast" and len(shape) >= 3 and not small:
+        return replace(parse_frame_choice(FAST_LARGE), tier="fast")
     return choice
 
 

@@ -17,9 +17,10 @@ def temp_names(name: str, tmp_key: str = TMP_KEY) -> tuple[str, str]:
 def is_temp_name(name: str) -> bool:
     """True for the names of rechunk temp arrays (``_temp.<x>``, ``_temp_old.<x>``, and the bare
     ``_temp`` / ``_temp_old`` of older versions) and of edit backups (``_temp_undo.<x>``, see
-    :mod:`replaybuf_core.store.editing`): they are reserved, never data keys."""
+    :mod:`replaybuf_core.store.editing`) and versions' undos (``_temp_ver.<id>.<x>``, see
+    :mod:`replaybuf_core.store.versions`): they are reserved, never data keys."""
     return name in (TMP_KEY, TMP_KEY + "_old") or name.startswith(
-        (TMP_KEY + ".", TMP_KEY + "_old.", TMP_KEY + "_undo."))
+        (TMP_KEY + ".", TMP_KEY + "_old.", TMP_KEY + "_undo.", TMP_KEY + "_ver."))
 
 
 #: characters no key may hold: path separators of any platform (zarr, HDF5 and the file system

@@ -64,7 +64,8 @@ class PacketRecord:
 
 _lock = threading.Lock()
 _records: OrderedDict[bytes, deque[PacketRecord]] = OrderedDict()
-_order: deque[tuple[bytes, int]] = deque()  # (digest, packet bytes) in registration order
+_digest_of: dict[tuple[GopPackets, int], bytes] = {}  # (GOP, frame) -> the digest of its pixels
+_order: deque[tuple[bytes, int, PacketRecord]] = deque()  # (digest, packet bytes, record) in registration order
 _bytes = 0
 _sessions = 0
 
@@ -85,11 +86,14 @@ def register(frame: np.ndarray, record: PacketRecord) -> None:
     size = len(record.gop.packets[record.index])
     with _lock:
         _records.setdefault(key, deque()).append(record)
-        _order.append((key, size))
+        _digest_of[record.gop, record.index] = key
+        _order.append((key, size, record))
         _bytes += size
         while _order and (len(_order) > MAX_FRAMES or _bytes > MAX_BYTES):
-            old, n = _order.popleft()
+            old, n, rec = _order.popleft()
             _bytes -= n
+            if _digest_of.get((rec.gop, rec.index)) == old:
+                del _digest_of[rec.gop, rec.index]
             kept = _records.get(old)
             if kept:
                 kept.popleft()
@@ -115,12 +119,12 @@ def claim(chunk: np.ndarray) -> list[tuple[str, bytes, int, int, tuple[bytes, ..
     frames = list(chunk)
     digests = [_digest(f) for f in frames]
     with _lock:
-        found = []
-        for key in digests:
+        found: list[PacketRecord] = []
+        for j, key in enumerate(digests):
             kept = _records.get(key)
             if not kept:
                 break
-            found.append(kept[-1])
+            found.append(_cheapest(key, kept, found[-1] if found else None, digests[j + 1:]))
     tail = frames[len(found):]
     if tail and any(f.any() for f in tail):
         return None
@@ -139,11 +143,45 @@ def claim(chunk: np.ndarray) -> list[tuple[str, bytes, int, int, tuple[bytes, ..
     return segments
 
 
+def _next_in_gop(key: bytes, previous: PacketRecord) -> PacketRecord | None:
+    """The record of the frame after ``previous`` in its GOP when that frame's pixels have digest
+    ``key`` (caller holds the lock)."""
+    if _digest_of.get((previous.gop, previous.index + 1)) == key:
+        return PacketRecord(previous.gop, previous.index + 1)
+    return None
+
+
+def _cheapest(key: bytes, kept: deque[PacketRecord], previous: PacketRecord | None,
+              following: list[bytes]) -> PacketRecord:
+    """Of the records whose frames decode to the same pixels (a still scene repeats frames: AV1's
+    one-byte "show the last frame again" packets; ``kept``, digest ``key``), the one that stores
+    cheapest: the next frame of
+    ``previous``'s GOP (the run goes on: no packet stored twice); else the one whose GOP goes on
+    longest with the ``following`` frames' digests, nearest its keyframe among equals (the fewest
+    packets a new segment repeats).  Caller holds the lock."""
+    if previous is not None:
+        nxt = _next_in_gop(key, previous)
+        if nxt is not None:
+            return nxt
+
+    def run(rec: PacketRecord) -> int:
+        n = 0
+        for after in following:
+            rec = _next_in_gop(after, rec)
+            if rec is None:
+                break
+            n += 1
+        return n
+
+    return max(reversed(kept), key=lambda rec: (run(rec), -rec.index))
+
+
 def clear() -> None:
     """Drop every record."""
     global _bytes
     with _lock:
         _records.clear()
+        _digest_of.clear()
         _order.clear()
         _bytes = 0
 
@@ -153,6 +191,7 @@ def _after_fork_in_child() -> None:
     global _lock, _bytes, _sessions
     _lock = threading.Lock()
     _records.clear()
+    _digest_of.clear()
     _order.clear()
     _bytes = _sessions = 0
 

@@ -37,6 +37,10 @@ __all__ = ["EpisodeReport", "Recorder", "RecorderLagWarning"]
 
 _END, _DISCARD, _STOP = "end", "discard", "stop"
 
+#: the stores recorders of this process record into: where (resolved path, URL or buffer id) → pid
+_recording: dict[str, int] = {}
+_recording_mutex = threading.Lock()
+
 
 class RecorderLagWarning(UserWarning):
     """Encoding fell a full queue behind: ``add_frame`` blocked (frames are never dropped)."""
@@ -84,6 +88,11 @@ class Recorder:
     Use as a context manager: leaving it normally saves nothing new and closes; leaving it by an
     exception discards the episode in progress (the saved ones stay) and re-raises.
 
+    One recorder a store in a process: a second ``Recorder`` on the same store (its path, URL or
+    buffer) while the first is open raises :class:`~replaybuf_core.errors.StoreLockedError` at
+    construction (both would write the store's episodes; the writer lock only keeps other
+    processes out); close the first one, or record several streams as keys of one recorder's frames.
+
     Raises (``add_frame``): ValueError naming the key and the frame index — a key missing or extra,
     a shape or dtype unlike the episode's first frame, a NaN or non-increasing time; the frame is not
     recorded and the episode goes on.  A failure of the background writer is raised by the next
@@ -100,11 +109,25 @@ class Recorder:
         if not queue_seconds > 0 or not 0 < tolerance:
             raise ValueError("queue_seconds and tolerance must be positive")
         self._own = not isinstance(store, ReplayBuffer)
-        if self._own:
-            self.rb = ReplayBuffer.create_empty("zarr", store) if not _exists(store) else ReplayBuffer(store)
-        else:
-            self.rb = store
-        self.rb._require_writable()
+        self._claimed = _claim(store)  # before the store is opened: nothing is made for a refused recorder
+        try:
+            if self._own:
+                self.rb = ReplayBuffer.create_empty("zarr", store) if not _exists(store) else ReplayBuffer(store)
+            else:
+                self.rb = store
+            self.rb._require_writable()
+        except BaseException:
+            _release(self._claimed)
+            raise
+        try:
+            self._set_up(fps, frames, queue_seconds, tolerance, clock, writer_options, warn_lag)
+        except BaseException:
+            _release(self._claimed)
+            if self._own:
+                self.rb.close()
+            raise
+
+    def _set_up(self, fps, frames, queue_seconds, tolerance, clock, writer_options, warn_lag) -> None:
         self.fps, self.tolerance, self._clock = float(fps), float(tolerance), clock
         attrs = dict(self.rb.store.get_attrs("data"))
         if attrs.get("fps") not in (None, self.fps):
@@ -115,6 +138,7 @@ class Recorder:
         self._writer: Any = None  # made at the first frame, which says whether there are cameras
         self._queue: queue.Queue = queue.Queue(maxsize=max(2, int(round(queue_seconds * self.fps))))
         self._spec: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
+        self._handed_over = False  # an episode was handed to the writer (save_episode)
         self._episode_frames = 0
         self._times: list[float] = []
         self._t0 = 0.0
@@ -194,7 +218,7 @@ class Recorder:
                           f"more than {self.tolerance:.0%} of a period from 1/{self.fps:g} s (worst "
                           f"{report.worst_interval_s * 1000:.1f} ms, before frame {report.worst_frame}); recorded as "
                           "they happened", RuntimeWarning, stacklevel=2)
-        self._new_episode()
+        self._new_episode(saved=True)
         return report
 
     def discard_episode(self) -> int:
@@ -206,7 +230,7 @@ class Recorder:
             self._put((_DISCARD, done))
             done.wait()
             self._check()
-        self._new_episode()
+        self._new_episode(saved=False)
         return dropped
 
     def close(self) -> None:
@@ -228,6 +252,7 @@ class Recorder:
                     if self._error is None:
                         self._drain_finals()
             finally:
+                _release(self._claimed)
                 if self._own:
                     self.rb.close()
         if self._error is not None:
@@ -318,10 +343,15 @@ class Recorder:
             self._check()
         self.max_lag_frames = max(self.max_lag_frames, self._queue.qsize())
 
-    def _new_episode(self) -> None:
+    def _new_episode(self, saved: bool) -> None:
+        """Ready for the next episode.  ``saved``: the last one was handed to the writer.  Once an
+        episode was, the keys stay the first frame's (the writer thread may still be creating the
+        arrays: the store's keys are not yet all there).  While none was and the store has no keys
+        (a discard waits for the writer thread), the next episode's first frame sets them again."""
         self._episode_frames, self._times, self._lag_warned = 0, [], not self._warn_lag
-        if not self.rb.keys():
-            self._spec = None  # nothing stored yet: the next episode's first frame sets the keys again
+        self._handed_over = self._handed_over or saved
+        if not self._handed_over and not self.rb.keys():
+            self._spec = None
 
     def _report(self, index: int, save_seconds: float) -> EpisodeReport:
         times = np.asarray(self._times)
@@ -423,6 +453,51 @@ def _recording_chunks(first: np.ndarray) -> tuple[int, ...]:
     row = max(1, first.nbytes)
     rows = 1 << int(np.clip(np.floor(np.log2(2**18 / row)), 8, 16))
     return (rows, *first.shape)
+
+
+def _where(store: Any) -> tuple[str, str]:
+    """``(key, text)``: what identifies the store ``store`` names in this process — a local store by
+    its resolved path, an object store by its URL, a buffer with neither by its identity — and how
+    to name it in a message."""
+    import os
+
+    from replaybuf_core.locations import is_object_url
+
+    if not isinstance(store, (str, os.PathLike)):
+        found = getattr(store.store, "location", lambda: None)()
+        if found is None:
+            return f"buffer:{id(store.store)}", "this buffer"
+        store = found[0]
+    text = os.fspath(store)
+    if is_object_url(text):
+        return text.rstrip("/"), text
+    return os.path.realpath(os.path.expanduser(text)), text
+
+
+def _claim(store: Any) -> str:
+    """Mark the store of ``store`` as recorded into by this process; returns its key for
+    :func:`_release`.  Raises StoreLockedError when an open recorder of this process records there."""
+    import os
+
+    from replaybuf_core.errors import StoreLockedError
+
+    key, text = _where(store)
+    with _recording_mutex:
+        if _recording.get(key) == os.getpid():  # (a forked child's copy of the parent's entries is not its own)
+            raise StoreLockedError(
+                f"another Recorder of this process is recording into {text}: close it (rec.close(), or leave its "
+                "with block) before opening a second one on the same store — two recorders would both write "
+                "its episodes")
+        _recording[key] = os.getpid()
+    return key
+
+
+def _release(key: str) -> None:
+    import os
+
+    with _recording_mutex:
+        if _recording.get(key) == os.getpid():
+            del _recording[key]
 
 
 def _exists(store: Any) -> bool:

@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from replaybuf_core.sampling.arena import OutputArena
 from replaybuf_core.sampling.sampler_indices import _check_int, create_indices, validate_index_args
 from replaybuf_core.sampling.window_index import WindowIndex
 from replaybuf_core.store.buffer_dtypes import check_dtypes
@@ -291,6 +292,7 @@ class SequenceSampler:
             first_k[k] = min(_check_int(f"key_first_k[{k!r}]", v, 0), int(sequence_length))
 
         self.buffer = buffer
+        self.arena = OutputArena()  # batch outputs reused once their holders drop them (arena.py)
         self.sequence_length = int(sequence_length)
         self.pad_before = min(int(pad_before), self.sequence_length - 1)
         self.pad_after = min(int(pad_after), self.sequence_length - 1)
@@ -371,7 +373,7 @@ class SequenceSampler:
         b, s = rows.shape[0], self.sequence_length
         dtype = _sample_dtype(arr_like.dtype)
         k = self.key_first_k.get(key, s)
-        out = np.empty((b, s) + tuple(arr_like.shape[1:]), dtype=dtype)
+        out = self.arena.empty((b, s) + tuple(arr_like.shape[1:]), dtype)  # reused once nobody holds it
         slots = np.arange(s, dtype=np.int64)
         ss = rows[:, 2:3]
         sel = n_read > 0

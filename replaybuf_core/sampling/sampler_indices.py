@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numbers
 
-import numba
 import numpy as np
+
+from replaybuf_core.compiled import numba
 
 __all__ = ["create_indices", "validate_index_args"]
 

@@ -23,16 +23,19 @@ diffusion_policy's edge padding), ``"zero"`` writes 0 / False / "".  This module
 from __future__ import annotations
 
 import numbers
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from replaybuf_core.layout.frame_resize import FrameResize, parse_resize
+from replaybuf_core.layout.frames import frame_keys
+from replaybuf_core.sampling.arena import OutputArena
 from replaybuf_core.sampling.sampler import _pad_value, _sample_dtype, array_like
 from replaybuf_core.sampling.sampler_indices import _check_int, validate_index_args
 from replaybuf_core.sampling.window_index import MAX_OFFSET, WindowIndex
 from replaybuf_core.store.buffer_dtypes import check_dtypes
 
-__all__ = ["WindowSampler", "delta_timestamps_to_steps", "IS_PAD_SUFFIX"]
+__all__ = ["WindowSampler", "PendingBatch", "delta_timestamps_to_steps", "IS_PAD_SUFFIX"]
 
 #: ``<key> + IS_PAD_SUFFIX`` holds the padding flags of ``key`` (LeRobot's name).
 IS_PAD_SUFFIX = "_is_pad"
@@ -136,20 +139,26 @@ class WindowSampler:
         dtypes: ``"source"`` (default: keys an import stored in another dtype come back in the
             source's, e.g. Push-T's float32 ``img`` — :mod:`replaybuf_core.store.buffer_dtypes`) or
             ``"stored"`` (as stored: uint8 frames, a quarter of the bytes).
+        resize, crop: reduced-resolution camera frames (:mod:`replaybuf_core.layout.frame_resize`):
+            ``resize=(H, W)`` or ``{key: (H, W)}``, ``crop=(top, left, height, width)`` or per key —
+            cropped then resized where it is cheapest (``ReplayBuffer.read_rows(resize=)``); the
+            key's step shape becomes ``(H, W, C)``.
 
     Raises:
         TypeError, ValueError: malformed offsets, both or neither of ``delta_steps`` /
             ``delta_timestamps``, one pad without the other, unknown ``pad_mode``, no fps for
             ``delta_timestamps``, a key whose ``<key>_is_pad`` is itself a data key, invalid
-            ``episode_mask`` or ``window_index``.
-        KeyError: a key not in the buffer.
+            ``episode_mask`` or ``window_index``; a ``resize``/``crop`` that is not positive, larger
+            than the frames or outside them (naming the key).
+        KeyError: a key not in the buffer; a ``resize``/``crop`` key that is not a sampled camera key.
     """
 
     def __init__(self, buffer, delta_steps: Mapping[str, Sequence[int]] | None = None, *,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, fps: float | None = None,
                  tolerance_s: float = 1e-4, keys: Sequence[str] | None = None,
                  pad_before: int | None = None, pad_after: int | None = None, pad_mode: str = "edge",
-                 episode_mask=None, window_index: WindowIndex | None = None, dtypes: str = "source"):
+                 episode_mask=None, window_index: WindowIndex | None = None, dtypes: str = "source",
+                 resize: Any = None, crop: Any = None):
         self.dtypes = check_dtypes(dtypes)
         if (delta_steps is None) == (delta_timestamps is None):
             raise TypeError("give delta_steps (offsets in steps) or delta_timestamps (seconds), exactly one")
@@ -197,6 +206,10 @@ class WindowSampler:
         ends, _, mask, _, _, _ = validate_index_args(np.asarray(buffer.episode_ends[:]), 1, episode_mask)
         window_index = WindowIndex.reuse_or_build(window_index, ends, first, end_margin, mask)
         self.buffer = buffer
+        self.arena = OutputArena()  # batch outputs reused once their holders drop them (arena.py)
+        cameras = {k: tuple(buffer[k].shape) for k in frame_keys(buffer, keys)}
+        self.resize: dict[str, FrameResize] = parse_resize(resize, crop, cameras)
+        """``{camera key: FrameResize}`` of the keys read at reduced resolution."""
         self.keys: list[str] = keys
         self.delta_steps: dict[str, np.ndarray] = offsets
         """``{key: int64 (n,)}`` step offsets from the anchor."""
@@ -225,12 +238,14 @@ class WindowSampler:
         episode, t = wi.locate(wi.normalize(indices))
         return {"episode_index": episode, "frame_index": t, "index": wi.episode_start[episode] + t}
 
-    def sample_batch(self, indices) -> dict[str, np.ndarray]:
+    def sample_batch(self, indices, out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Samples ``indices`` at once: one batched ``read_rows`` per key, every key started before
         any is finished (a chunked backend decodes one key while this thread gathers another).
 
         Args:
             indices: int array-like (B,) of sample numbers (negative allowed).
+            out: ``{key: array}`` to read keys into (each of the shape and dtype it would be given,
+                C-contiguous rows) instead of arrays of the sampler's arena (a mixture's batch slices).
 
         Returns:
             ``{key: (B, n_key, *step) or (B, *step), "<key>_is_pad": bool (B, n_key)}``.
@@ -239,7 +254,17 @@ class WindowSampler:
             IndexError: an index outside ``[-len, len)``.  TypeError: non-integer indices.
             ValueError: more than one dimension.
         """
+        return self.sample_batch_async(indices, out).result()
+
+    def sample_batch_async(self, indices, out: Mapping[str, np.ndarray] | None = None) -> "PendingBatch":
+        """Start :meth:`sample_batch`: every key's read is started (a chunked backend's pool helpers
+        decode camera frames meanwhile) and ``result()`` of the returned :class:`PendingBatch`
+        finishes them and returns the batch.  A mixture starts each store's share of a batch before
+        finishing any, so one store's decodes overlap another's reads.  Leave ``out`` alone until
+        ``result()``; the errors of :meth:`sample_batch` are raised here (bad indices) or by
+        ``result()`` (a failed read)."""
         wi = self.window_index
+        out_arrays = out
         episode, t = wi.locate(wi.normalize(indices))
         start = wi.episode_start[episode][:, None]
         last = wi.episode_length[episode][:, None] - 1
@@ -253,22 +278,23 @@ class WindowSampler:
             if d is None:
                 rows, pad = rows[:, 0], None
             dtype = _sample_dtype(arr.dtype)
-            out = np.empty(rows.shape + tuple(arr.shape[1:]), dtype=dtype)
+            fr = self.resize.get(key)
+            step = tuple(arr.shape[1:]) if fr is None else (fr.height, fr.width) + tuple(arr.shape[3:])
+            shape = rows.shape + step
+            out = None if not out_arrays else out_arrays.get(key)
+            if out is None:
+                out = self.arena.empty(shape, dtype)  # reused once nobody holds it
+            elif out.shape != shape or out.dtype != dtype:
+                raise ValueError(f"out[{key!r}] is {out.dtype} {out.shape}, the samples {dtype} {shape}")
+            size = {} if fr is None else {"resize": fr}
             if self._async:
-                pending.append(self.buffer.read_rows_async(key, rows, out=out))
+                pending.append(self.buffer.read_rows_async(key, rows, out=out, **size))
             else:
-                self.buffer.read_rows(key, rows, out=out)
+                self.buffer.read_rows(key, rows, out=out, **size)
             result[key] = out
             if pad is not None:
                 result[key + IS_PAD_SUFFIX] = pad
-        for p in pending:
-            p.result()
-        if self.pad_mode == "zero":
-            for key, d in self.delta_steps.items():
-                pad = result[key + IS_PAD_SUFFIX]
-                if pad.any():
-                    result[key][pad] = _pad_value(result[key].dtype)
-        return result
+        return PendingBatch(self, pending, result)
 
     def __getitem__(self, idx) -> dict[str, np.ndarray]:
         """Sample ``idx``: like one row of :meth:`sample_batch` — ``(n_key, *step)`` / ``(*step)``
@@ -278,3 +304,33 @@ class WindowSampler:
         if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, numbers.Integral):
             raise TypeError(f"sample index must be an int, got {type(idx).__name__}")
         return {k: v[0] for k, v in self.sample_batch([int(idx)]).items()}
+
+
+class PendingBatch:
+    """A batch :meth:`WindowSampler.sample_batch_async` started; :meth:`result` finishes it once
+    (later calls return the same batch, or raise the same error: never a batch a failed read left
+    half written)."""
+
+    def __init__(self, sampler: WindowSampler, pending: list, result: dict[str, np.ndarray]):
+        self._sampler, self._pending, self._result = sampler, pending, result
+        self._error: BaseException | None = None
+
+    def result(self) -> dict[str, np.ndarray]:
+        """The batch of :meth:`WindowSampler.sample_batch` (waits for the reads started); raises
+        the first failed read's error (again on every later call)."""
+        if self._error is not None:
+            raise self._error
+        pending, self._pending = self._pending, []
+        try:
+            for p in pending:
+                p.result()
+        except BaseException as exc:
+            self._error = exc
+            raise
+        result = self._result
+        if self._sampler.pad_mode == "zero":
+            for key in self._sampler.delta_steps:
+                pad = result[key + IS_PAD_SUFFIX]
+                if pad.any():
+                    result[key][pad] = _pad_value(result[key].dtype)
+        return result

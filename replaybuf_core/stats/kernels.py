@@ -15,10 +15,12 @@ itself for exact columns.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-__all__ = ["Segments", "segment_moments", "channel_histograms", "MANTISSA_BITS", "SHIFT", "COL", "HALF", "MAX_COLUMNS"]
+from replaybuf_core.compiled import numba
+
+__all__ = ["Segments", "segment_moments", "channel_histograms", "squared_error_sum", "MANTISSA_BITS", "SHIFT", "COL",
+           "HALF", "MAX_COLUMNS"]
 
 MANTISSA_BITS = 7
 SHIFT = 52 - MANTISSA_BITS
@@ -255,3 +257,26 @@ def channel_histograms(frames: np.ndarray, hist: np.ndarray) -> None:
     """Add the per-channel value counts of uint8 ``frames`` (..., C) into ``hist`` int64 (C, 256)."""
     flat = np.ascontiguousarray(frames).reshape(-1)
     _histogram_kernel(flat, hist.shape[0], hist)
+
+
+@numba.njit(nogil=True, cache=True)
+def _sse_u8_kernel(a, b):  # pragma: no cover - compiled
+    """Sum over the flat uint8 arrays of (a - b) ** 2, exactly, in int64."""
+    total = 0
+    for i in range(a.size):
+        d = np.int64(a[i]) - np.int64(b[i])
+        total += d * d
+    return total
+
+
+def squared_error_sum(a: np.ndarray, b: np.ndarray) -> float:
+    """Sum of ``(a - b) ** 2`` over two arrays of one shape (the numerator of a PSNR): one compiled
+    pass, exact in int64, for uint8 (camera frames: a 640×480 frame in ~0.3 ms against ~5 ms through
+    float64 temporaries); float64 arithmetic for other dtypes.
+
+    Raises ValueError for arrays of different shapes."""
+    if a.shape != b.shape:
+        raise ValueError(f"squared_error_sum: shapes {a.shape} and {b.shape} differ")
+    if a.dtype == np.uint8 and b.dtype == np.uint8:
+        return float(_sse_u8_kernel(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)))
+    return float(np.sum((a.astype(np.float64) - b.astype(np.float64)) ** 2))

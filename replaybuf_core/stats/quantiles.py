@@ -118,6 +118,37 @@ class QuantileSketch:
         nz = counts != 0
         self.keys, self.counts = self.keys[nz], counts[nz]
 
+    def remapped(self, columns, n_columns: int) -> QuantileSketch:
+        """A sketch of ``n_columns`` columns holding this one's column ``j`` as column ``columns[j]``
+        (int array (n_columns of this sketch,), distinct, in ``[0, n_columns)``): a store's summary
+        placed in a wider key (padded feature dimensions count nothing).
+
+        Raises:
+            ValueError: ``columns`` of another length or out of range.
+        """
+        columns = np.asarray(columns, dtype=np.int64).reshape(-1)
+        if columns.size != self.n_columns or (columns.size and (columns.min() < 0 or columns.max() >= n_columns)):
+            raise ValueError(f"remapped: {columns.size} columns into {n_columns} for a sketch of {self.n_columns}")
+        out = QuantileSketch(n_columns, self.exact)
+        if self.keys.size:
+            keys = columns[self.keys // _COL] * _COL + self.keys % _COL
+            order = np.argsort(keys, kind="stable")
+            out.keys, out.counts = keys[order], self.counts[order].copy()
+        return out
+
+    def inexact(self) -> QuantileSketch:
+        """This sketch with logarithmic buckets: an exact sketch's values moved to the buckets floats
+        use (each value then reads back within the module's bound), so it merges with float columns."""
+        if not self.exact:
+            return self
+        out = QuantileSketch(self.n_columns, exact=False)
+        if self.keys.size:
+            cols, values = self.keys // _COL, (self.keys % _COL - _HALF).astype(np.float64)
+            mag = np.abs(values).view(np.int64) >> _SHIFT
+            bucket = np.where(values < 0, -mag, mag)
+            out._combine(cols * _COL + _HALF + bucket, self.counts.copy())
+        return out
+
     # ------------------------------------------------------------------ reading
     def count(self) -> np.ndarray:
         """Values counted per column: int64 (n_columns,)."""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core import locking, registry
-from replaybuf_core.errors import ReadOnlyError
+from replaybuf_core.errors import ReadOnlyError, StoreLockedError
 from replaybuf_core.layout.compressors import resolve_compressor
 from replaybuf_core.layout.keys import check_key, is_temp_name
 from replaybuf_core.protocol import CAP_CHUNKS, StorageBackend
@@ -44,7 +44,7 @@ from .commit import EPISODE_ENDS
 from .episode_index import episode_lengths_from_ends, get_episode_idxs
 from .merging import StoreMerging
 from .rechunk import ChunkCodecEditing, rechunk_array
-from .step_array import StepArray
+from .step_array import StepArray, in_memory
 from .recovered_view import RecoveredView
 from .recovery import RecoveryReport, recover
 
@@ -67,6 +67,11 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         backend: name of the backend to open ``root`` with (default: the first that claims it).
         read_only: open without write access; every mutating call raises
             :class:`~replaybuf_core.errors.ReadOnlyError`.
+        version: open read-only at this version of the store (a tag name, a version id, or a negative
+            number counting back from the current version; :mod:`replaybuf_core.store.versions`):
+            every read — ``rb[key]``, samplers, the torch datasets given ``rb`` — sees that version;
+            ``rb.version`` names it.  ``gc`` keeps it while the buffer is open.  Raises
+            VersionNotFoundError (a KeyError) naming the store's versions and tags.
 
     Raises:
         CorruptStoreError (a ValueError): ``data``/``meta``/``meta/episode_ends`` missing;
@@ -98,7 +103,8 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
 
     # ------------------------------------------------------------------ opening / creating
     def __init__(self, root: Any, *, backend: str | None = None, read_only: bool = False,
-                 storage_options: dict | None = None):
+                 storage_options: dict | None = None, version: Any = None):
+        read_only = read_only or version is not None
         store = registry.open_backend(root, backend=backend, read_only=read_only, storage_options=storage_options)
         self._mutex = threading.RLock()  # mutations of one buffer from several threads take turns
         self._closed = False
@@ -121,15 +127,20 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
             warnings.warn(str(report), RuntimeWarning, stacklevel=2)
             if store.read_only:
                 store = RecoveredView(store, report)
+        if version is not None:
+            store = _open_version(store, version)
+            report.episode_ends = np.asarray(store.read("meta", EPISODE_ENDS, 0, store.shape("meta", EPISODE_ENDS)[0]),
+                                             dtype=np.int64)
         self._store: StorageBackend = store
         self._recovery = report
         self._ends = np.array(report.episode_ends, dtype=np.int64)
         self._n_ep = self._ends.size
         self._idx_cache: np.ndarray | None = None
-        self._step_reads: dict[str, int] = {}  # rb[key] slices per key, and the bytes they loaded
-        self._auto_pinned_bytes = 0            # into memory (step_array._auto_pin)
+        self._auto_pin_refused: set[str] = set()  # keys rb[key] would not load into memory, and the
+        self._auto_pinned_bytes = 0                # bytes of those it loaded (step_array._auto_pin)
         self._source_copies: dict[str, tuple] = {}  # warmed keys in their source dtype (step_array)
         self._read_dtypes: dict[tuple, tuple] = {}  # (key, dtypes) -> (native array, read dtype): StepArray
+        self._counts_at_open = (self._n_ep, self.n_steps)  # appends since are recorded as a version at close
 
     @property
     def recovery(self) -> RecoveryReport:
@@ -146,11 +157,51 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         must not be used afterwards (writes raise ``ValueError``)."""
         if self._closed:
             return
-        self._closed = True
+        try:
+            self._note_appends()
+        finally:
+            self._closed = True
         try:
             self._store.close()
         finally:
             self._release_lock()
+
+    def _note_appends(self, message: str | None = None) -> None:
+        """Record the episodes appended since this buffer opened (or since the last version) as one
+        version (:func:`~replaybuf_core.store.versions.note_appends`); a failure is a warning (the
+        episodes are committed whatever the log says)."""
+        if self._store.read_only or getattr(self, "_open_writer", None) is not None:
+            return
+        if (self._n_ep, self.n_steps) == self._counts_at_open and message is None:
+            return
+        from . import versions
+
+        try:
+            self._fence()
+        except StoreLockedError:  # no longer this buffer's store to write to
+            return
+        try:
+            with self._mutex:
+                versions.note_appends(self._store, self._n_ep, self.n_steps, message)
+                self._persist()
+            self._counts_at_open = (self._n_ep, self.n_steps)
+        except Exception as exc:  # noqa: BLE001 - the log is bookkeeping; the data is committed
+            warnings.warn(f"replaybuf: the version of the appended episodes was not recorded ({exc})",
+                          RuntimeWarning, stacklevel=3)
+
+    @property
+    def version(self) -> dict | None:
+        """The version this buffer reads: its record (``id``, ``time``, ``kind``, ``message``,
+        ``command``, ``n_episodes``, ``n_steps``) — the one opened with ``version=``, else the
+        store's newest — or None for a store without versions (never edited: appends are recorded
+        when a writable buffer closes).  Episodes appended since the newest record are not in it."""
+        from .versions import log, public_record
+
+        view = getattr(self._store, "version", None)
+        if isinstance(view, dict):
+            return public_record(view)
+        versions = log(self._store)
+        return public_record(versions[-1]) if versions else None
 
     def __enter__(self) -> ReplayBuffer:
         return self
@@ -339,7 +390,11 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         """Data key ``key`` as an array that slices like NumPy (``rb[key][a:b]``, ``rb[key][rows]``):
         a :class:`~replaybuf_core.store.step_array.StepArray` reading through the backend's fast path
         (its ``.native`` is the backend's own array), or the backend's ``np.ndarray`` itself for
-        in-memory backends.  ``rb["data"]`` (when no key is named so) is the mapping of them all,
+        in-memory backends.  On a read-only buffer a key in memory — warmed (:meth:`warm`), or a
+        numeric key of at most 16 MiB that is not camera frames, loaded at its first ``rb[key]`` (within 128 MiB a buffer:
+        :func:`~replaybuf_core.store.step_array._auto_pin`) — is a read-only ``np.ndarray`` in the
+        source's dtype, as diffusion_policy's ``copy_from_path`` buffer hands out (its normaliser
+        takes ``rb[key]`` whole and needs an ``np.ndarray``).  ``rb["data"]`` (when no key is named so) is the mapping of them all,
         as diffusion_policy's ``rb["data"][key]`` expects.  A key an import stored in another dtype
         than its source's reads in the source's (:mod:`replaybuf_core.store.buffer_dtypes`).
         Raises KeyError naming the key."""
@@ -350,6 +405,10 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         native = self._store.get_array("data", key)
         if isinstance(native, np.ndarray) and key not in self.source_dtypes:
             return native
+        if self._store.read_only:
+            memory = in_memory(self, key)
+            if memory is not None:
+                return memory
         return StepArray(self, key)
 
     def __contains__(self, key: object) -> bool:
@@ -404,6 +463,13 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         if self._closed:
             raise ValueError("this replay buffer is closed")
         if self._store.read_only:
+            pinned = getattr(self._store, "version", None)
+            if isinstance(pinned, dict):  # opened with version=: an older content, never written
+                vid = pinned.get("id")
+                raise ReadOnlyError(f"this replay buffer reads version {vid} (opened with version=), which is "
+                                    f"read-only: to make it the current content, restore it on a writable "
+                                    f"buffer (ReplayBuffer(path).restore({vid}); CLI: replaybuf restore PATH "
+                                    f"{vid}), or save a copy of it (save_to_path)")
             raise ReadOnlyError("this replay buffer is open read-only (create_from_path opens read-only; "
                                 "use ReplayBuffer(path) or copy_from_path to write)")
         if not by_writer and getattr(self, "_open_writer", None) is not None:
@@ -419,3 +485,32 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         check = getattr(getattr(self, "_lock", None), "check", None)
         if callable(check):
             check()
+
+
+def _open_version(store: StorageBackend, version: Any) -> Any:
+    """``store`` (read-only) as version ``version`` (:class:`~replaybuf_core.store.version_view.VersionView`),
+    held against ``gc`` while open (a local directory's lock file, an object store's renewed hold:
+    :mod:`.version_readers`).  Raises VersionNotFoundError."""
+    from .version_readers import hold_store
+    from .version_view import VersionView
+    from .versions import find, log
+
+    # one log read per look, its index used in it: gc may shorten the log between two reads, and an
+    # index read in one log names another version in the next
+    versions = log(store)
+    vid = int(versions[find(store, version, versions)]["id"])  # (an unknown version is refused before anything is held)
+    where = locking.lock_dir_of(store)
+    try:
+        held = hold_store(store, where, vid)
+    except Exception as exc:
+        if where is None or not isinstance(exc, OSError):  # an object store this reader cannot write to
+            logger.warning("reading version %s without a hold (%s): a gc elsewhere cannot see this reader",
+                           version, exc)
+        held = None  # (a local directory this process cannot write: gc runs elsewhere, if at all)
+    try:
+        versions = log(store)  # again, with the hold taken: gc may have run
+        return VersionView(store, find(store, vid, versions), held, versions)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise

@@ -282,6 +282,8 @@ class EpisodeAppending:
     def drop_episode(self) -> None:
         """Remove the last episode.  Order: the commit record, then ``episode_ends``, then the data
         rows, each made durable (``persist``) before the next, so a kill leaves the episode or not.
+        On a store that keeps versions (:mod:`replaybuf_core.store.versions`) it is
+        ``delete_episodes([-1])``: a version, the episode kept in the previous version's undo.
 
         Raises:
             EmptyBufferError (a ValueError and an IndexError): the buffer is empty.
@@ -290,6 +292,11 @@ class EpisodeAppending:
         self._require_writable()
         if self._n_ep == 0:
             raise EmptyBufferError("drop_episode on an empty buffer (0 episodes)")
+        from .versions import keeps_versions
+
+        if keeps_versions(self._store):  # older versions read these rows: an edit keeps them as an undo
+            self.delete_episodes([self._n_ep - 1], message="drop_episode")
+            return
         from .lossy_frames import lossy_keys, measure_tail
         from .stored_stats import EditPlan
 

@@ -6,25 +6,25 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
 from replaybuf_core import registry
-from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks
+from replaybuf_core.layout.chunks import check_chunks_compatible, get_optimal_chunks, row_bytes
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
 from replaybuf_core.layout.sharding import frame_chunk_shape, frame_shard_shape
 from replaybuf_core.locations import check_apart, is_object_url, local_path
-from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, StorageBackend
+from replaybuf_core.protocol import CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_VERSIONS, VERSIONS_GROUP, StorageBackend
 
+from .versions import TAGS, VERSIONS, delete_unread_undos, note_appends
 from .commit import COMMIT_RECORD, EPISODE_ENDS, read_generation, write_commit_record
 from .copying import copy_array
 from .lossy_frames import lossy_keys
+from .progress import progress_bar
 from .replace import build_beside, holding_lock
 from .stored_stats import rehistogram
 
-if TYPE_CHECKING:
-    from .buffer import ReplayBuffer
 
 logger = logging.getLogger("replaybuf_core.store.buffer")
 
@@ -45,7 +45,7 @@ class StoreCopying:
         if_exists: str = "replace",
         backend: str | None = None,
         **kwargs: Any,
-    ) -> ReplayBuffer:
+    ) -> Self:
         """Copy the buffer in ``src_store`` (a store, group, dict or path) into a new buffer.
 
         ``store=None`` and ``backend=None`` load it into memory (NumPy backend), as the seed did.
@@ -68,7 +68,7 @@ class StoreCopying:
         compressors: dict[str, Any] | None = None,
         if_exists: str = "replace",
         **kwargs: Any,
-    ) -> ReplayBuffer:
+    ) -> Self:
         """Copy the store at ``zarr_path`` (``~`` expanded; zarr v2/v3 directory or ``.zip``) into a
         new buffer: into memory (NumPy) when ``store`` and ``backend`` are None, else into ``store`` on
         ``backend``.  ``backend="numpy"`` is deprecated (logs a warning; same as leaving it None)."""
@@ -110,9 +110,24 @@ class StoreCopying:
         same bytes as here.  This buffer must then be at a path or URL the workers reach and the
         destination a zarr store (``ValueError`` before anything is written otherwise).
 
+        ``progress``: True shows a tqdm bar on stderr over the data's decoded bytes (as ``merge`` and
+        the edits do; the ``copy`` command's bar); a callable ``progress(n_bytes)`` is called instead
+        as data rows are copied, with their decoded bytes (:meth:`_copy_into`); None/False: neither.
+
         ``ValueError`` (nothing written) for a destination that is this buffer's own path or URL, lies
-        inside it or holds it; ``FileExistsError`` for an existing path that is not a store."""
+        inside it or holds it; ``FileExistsError`` for an existing path that is not a store;
+        ``TypeError`` (nothing written) for a ``progress`` that is neither a bool nor callable."""
         backend = kwargs.pop("backend", "zarr")
+        progress = kwargs.pop("progress", None)
+        if isinstance(progress, (bool, np.bool_)) and progress:
+            total = sum(row_bytes(self._store.shape("data", k), self._store.dtype("data", k)) for k in self.keys())
+            with progress_bar("copying", total * self.n_steps, True) as bar:
+                return self.save_to_path(zarr_path, chunks, compressors, if_exists, client, backend=backend,
+                                         progress=bar.update, **kwargs)
+        if isinstance(progress, (bool, np.bool_)):
+            progress = None
+        elif progress is not None and not callable(progress):
+            raise TypeError(f"save_to_path: progress must be a bool or a callable taking a byte count, got {progress!r}")
         self._validate_copy_args(None, chunks, compressors, if_exists)
         here = getattr(self._store, "location", lambda: None)()
         if here is not None:  # not into itself, not over a directory holding it
@@ -125,17 +140,17 @@ class StoreCopying:
             check_cluster_destination(backend, "a copy")
         if is_object_url(zarr_path):
             return self._save_to_url(os.fspath(zarr_path), backend, chunks, compressors, if_exists, client=client,
-                                     **kwargs)
+                                     progress=progress, **kwargs)
         path = local_path(zarr_path, "save_to_path")
         self._copy_to_path(path, backend, chunks=chunks, compressors=compressors, if_exists=if_exists, client=client,
-                           **kwargs)
+                           progress=progress, **kwargs)
         dst = registry.get_backend(backend).open(path, read_only=True)
         root = dst.root
         dst.close()
         return getattr(root, "store", root)
 
     def _save_to_url(self, url: str, backend: str, chunks, compressors, if_exists: str, client: Any = None,
-                     **kwargs: Any) -> Any:
+                     progress: Any = None, **kwargs: Any) -> Any:
         """save_to_path on object storage: no rename to swap a store in, so the prefix must hold none
         (``FileExistsError`` otherwise, nothing written); data objects go first and
         ``meta/episode_ends`` last, so an interrupted save reads as a store of the committed prefix."""
@@ -152,7 +167,8 @@ class StoreCopying:
                                   "new one in: delete it first or save to another prefix")
         dst = entry.create(url, if_exists="append", **kwargs)
         try:
-            self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists, client=client)
+            self._copy_into(dst, chunks=chunks, compressors=compressors, if_exists=if_exists, client=client,
+                            progress=progress)
         finally:
             dst.close()
         saved = entry.open(url, read_only=True, storage_options=options)
@@ -161,7 +177,7 @@ class StoreCopying:
 
     # ------------------------------------------------------------------ copying internals
     def _copy_to_new(self, store: Any, backend: str | None, *, keys=None, chunks=None, compressors=None,
-                     if_exists="replace", **kwargs: Any) -> ReplayBuffer:
+                     if_exists="replace", **kwargs: Any) -> Self:
         if store is None and backend is None:
             backend = "numpy"
         entry = registry.get_backend(backend) if backend else registry.guess_backend(store)
@@ -176,17 +192,18 @@ class StoreCopying:
         return type(self)(dst)
 
     def _copy_to_path(self, path: str, backend: str, *, keys=None, chunks=None, compressors=None,
-                      if_exists="replace", client: Any = None, **kwargs: Any) -> None:
+                      if_exists="replace", client: Any = None, progress: Any = None, record_version: bool = True,
+                      **kwargs: Any) -> None:
         """Copy into the store at local ``path`` on ``backend``: ``replace`` builds beside it and
         swaps (:func:`~replaybuf_core.store.replace.build_beside`), the other modes write into it; both
-        under its writer lock."""
+        under its writer lock.  ``progress(n_bytes)``: see :meth:`_copy_into`."""
         entry = registry.get_backend(backend)
         if if_exists == "replace":
             with build_beside(path) as beside:
                 dst = entry.create(os.fspath(beside.path), if_exists="append", **kwargs)
                 try:
                     self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists,
-                                    client=client)
+                                    client=client, progress=progress, record_version=record_version)
                 finally:
                     dst.close()
             return
@@ -194,7 +211,7 @@ class StoreCopying:
             dst = entry.create(path, if_exists="append", **kwargs)
             try:
                 self._copy_into(dst, keys=keys, chunks=chunks, compressors=compressors, if_exists=if_exists,
-                                client=client)
+                                client=client, progress=progress, record_version=record_version)
             finally:
                 dst.close()
 
@@ -217,7 +234,11 @@ class StoreCopying:
         return keys
 
     def _copy_into(self, dst: StorageBackend, *, keys=None, chunks=None, compressors=None,
-                   if_exists="replace", client: Any = None) -> None:
+                   if_exists="replace", client: Any = None, progress: Any = None, record_version: bool = True) -> None:
+        """Copy this buffer's data keys (then meta arrays, ``episode_ends`` last) into ``dst``;
+        ``progress(n_bytes)`` is called as data rows are copied, with their decoded bytes.
+        ``record_version``: on a backend that keeps versions, the copy is the destination's first
+        version (:func:`_record_copy`); False for a caller that records the result itself (merge)."""
         keys = self._validate_copy_args(keys, chunks, compressors, if_exists)
         chunks, compressors = chunks or {}, compressors or {}
         for group in ("data", "meta"):
@@ -250,10 +271,12 @@ class StoreCopying:
                 continue
             ck, codec, shards = self._resolve_layout(key, dst, chunks.get(key), compressors.get(key, "__source__"))
             if copy_array(self._store, "data", key, dst, "data", key, n_rows=self.n_steps, chunks=ck, codec=codec,
-                          shards=shards, client=client, keep_stored=key in lossy_src):
+                          shards=shards, client=client, keep_stored=key in lossy_src, progress=progress):
                 kept.add(key)  # lossy frames copied as stored: the same pixels
         for group in ("data", "meta"):  # provenance (e.g. an import's conversions) travels along
-            attrs = {k: v for k, v in self._store.get_attrs(group).items() if k != COMMIT_RECORD}
+            # (not the version log and tags: the older versions' undos stay in the source)
+            attrs = {k: v for k, v in self._store.get_attrs(group).items()
+                     if k not in (COMMIT_RECORD, VERSIONS, TAGS)}
             if attrs:  # (the commit record is written for the destination's own commit, below)
                 dst.set_attrs(group, attrs)
         if not dst.has_array("meta", EPISODE_ENDS):
@@ -265,6 +288,8 @@ class StoreCopying:
         # ... but for keys written through a lossy codec (JPEG, video): re-encoded pixels, recounted
         rehistogram(dst, [k for k in lossy_keys(dst, keys) if k not in kept],
                     np.asarray(self.episode_ends[: self._n_ep], dtype=np.int64))
+        if record_version and CAP_VERSIONS in dst.capabilities:
+            _record_copy(dst, self._n_ep, self.n_steps, if_exists)
         dst.flush()
 
     def _resolve_layout(self, key: str, dst: StorageBackend, chunks: Any, compressor: Any, group: str = "data"):
@@ -304,3 +329,21 @@ class StoreCopying:
     def resolve_compressor(compressor: Any = "default") -> Any:
         """See :func:`replaybuf_core.layout.compressors.resolve_compressor`."""
         return _resolve_compressor(compressor)
+
+
+def _record_copy(dst: StorageBackend, n_episodes: int, n_steps: int, if_exists: str) -> None:
+    """Record a copy's content as a version of ``dst`` (by the command that runs: ``replaybuf copy``,
+    ``synth``, a program's ``save_to_path``).  A new destination gets version 0.  A destination that
+    had versions of its own and was replaced in place (``if_exists="replace"`` on a store object):
+    those versions described arrays that are gone, so its log, tags and undo arrays are dropped and
+    the copy is version 0.  Copied beside an existing log otherwise (``skip``): the log is left as it
+    was — it is not known which of its versions the mix of old and new arrays is."""
+    from .versions import log
+
+    if log(dst):
+        if if_exists != "replace":
+            return
+        if dst.has_group(VERSIONS_GROUP):  # no version names them now, and nobody reads them
+            delete_unread_undos(dst, [], dict, [])
+        dst.set_attrs("meta", {VERSIONS: [], TAGS: {}})
+    note_appends(dst, n_episodes, n_steps)

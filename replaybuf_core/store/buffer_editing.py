@@ -19,11 +19,15 @@ from typing import Any
 
 import numpy as np
 
+from replaybuf_core.interrupts import deferred_sigint
+
 from . import editing
 from .buffer_checks import _check_index, _serialized
 from .commit import read_generation
-from .interrupts import deferred_sigint
 from .lossy_frames import EditReport, lossy_keys
+from .progress import progress_bar
+from .row_moves import moved_keys
+from .versions import tags as _tags
 from .source_records import drop_imported_stats
 from .stored_stats import EditPlan
 
@@ -50,13 +54,20 @@ class EpisodeEditing:
         self._ends = np.array(ends, dtype=np.int64)
         self._n_ep = int(self._ends.size)
         self._idx_cache = None
+        # the edit recorded a version of what is there now: appends after it are a version of their own
+        self._counts_at_open = (self._n_ep, int(self._ends[-1]) if self._n_ep else 0)
 
-    def _run_edit(self, kind: str, ranges: list[tuple[int, int]], kept: np.ndarray, deleted: np.ndarray,
-                  trimmed: dict[int, tuple[int, int]], drop_stats: bool = True) -> EditReport:
+    def _run_edit(self, kind: str, ranges: list[tuple[int, int]] | None, kept: np.ndarray | None, deleted: np.ndarray,
+                  trimmed: dict[int, tuple[int, int]], drop_stats: bool = True, progress: bool = False,
+                  message: str | None = None, target: Any = None) -> EditReport:
         """Run a validated edit (``kind``: the verb): prepare the statistics' plan, drop the imported
         ``stats.json`` (unless ``drop_stats`` is False), rewrite, refresh the bookkeeping, update the
         statistics (lossy frame keys' from the rows the rewrite re-encoded).  Whatever interrupts it
-        (``BaseException``) is re-raised after :meth:`_undo_interrupted_edit`.
+        (``BaseException``) is re-raised after :meth:`_undo_interrupted_edit`.  ``progress``: a tqdm
+        bar over the bytes the rewrite moves (:func:`~replaybuf_core.store.editing.rewrite`).
+        ``message``: the version's message; ``target``: a restore's
+        (:class:`~replaybuf_core.store.version_view.RestoreTarget`: the stored statistics are then
+        forgotten, recomputed at the next ``get_stats``).
 
         Returns the :class:`~replaybuf_core.store.lossy_frames.EditReport`.
 
@@ -69,12 +80,24 @@ class EpisodeEditing:
         generation = read_generation(store)
         counts = (self._n_ep, int(self._ends[self._n_ep - 1]) if self._n_ep else 0)
         try:
-            plan = EditPlan(self, deleted, trimmed, lossy_keys(store, self.keys()))
+            moved = moved_keys(store, self.keys())  # moved as stored bytes: nothing re-encoded
+            plan = EditPlan(self, deleted, trimmed, [k for k in lossy_keys(store, self.keys()) if k not in moved]) \
+                if target is None else None
             if drop_stats:
                 drop_imported_stats(store, kind)
-            plan.rewritten = rewritten = editing.rewrite(self, ranges, kept, kind)
+            with progress_bar(kind, 0, progress) as bar:
+                rewritten = editing.rewrite(self, ranges, kept, kind, bar, message=message, target=target)
             self._after_edit()
-            plan.apply()
+            if plan is not None:
+                plan.rewritten = rewritten
+                plan.apply()
+            elif read_generation(store) != generation:  # a restore: the statistics are the next get_stats'
+                editing.forget_lossy_stats(store, self.keys())
+                self._persist()
+            unplanned = [k for k, r in rewritten.items() if r.unplanned]
+            if unplanned:  # re-encoded after all: not the pixels the statistics counted
+                editing.forget_lossy_stats(store, unplanned)
+                self._persist()
         except BaseException as exc:
             self._undo_interrupted_edit(kind, exc, before, generation)
             raise
@@ -125,7 +148,43 @@ class EpisodeEditing:
         return np.asarray(sorted(out), dtype=np.int64)
 
     @_serialized
-    def delete_episodes(self, indices: Any) -> EditReport:
+    def restore(self, version: Any, *, message: str | None = None, progress: bool = False) -> EditReport:
+        """Make the store what it was at ``version`` (a tag, a version id, or a negative number
+        counting back from the current version: :mod:`replaybuf_core.store.versions`).  The restore is
+        an edit — crash-safe, frames moved as stored bytes — and a version of its own, so the state
+        before it can be restored again.  Rewrites from the first row where the two versions differ.
+
+        Returns an :class:`~replaybuf_core.store.lossy_frames.EditReport`.
+
+        Raises:
+            VersionNotFoundError (a KeyError): no such version (names the known ones and the tags).
+            ValueError: the version's undo is not in this store (a copy without its versions group).
+            ReadOnlyError, RuntimeError (a writer is open).  KeyboardInterrupt or an error raised
+            mid-restore: re-raised once it is rolled back (see :meth:`delete_episodes`).
+        """
+        from .version_view import RestoreTarget
+        from .versions import find, log, note_appends
+
+        self._require_writable()
+        note_appends(self._store, self._n_ep, self.n_steps)  # what is there now is a version too
+        self._persist()
+        self._counts_at_open = (self._n_ep, self.n_steps)
+        index = find(self._store, version)
+        versions = log(self._store)
+        missing = [f"versions/{v['undo']['prefix']}{k}" for v in versions[index:-1] if isinstance(v.get("undo"), dict)
+                   for k in v["undo"]["starts"] if not self._store.has_array("versions", v["undo"]["prefix"] + k)]
+        if missing:
+            raise ValueError(f"restore: version {versions[index]['id']}'s undo is not in this store ({missing[:3]} "
+                             "missing: a copy without its versions group?); nothing was changed")
+        meta_names = ["episode_ends"] + editing.episode_meta_arrays(self._store, self._n_ep)
+        target = RestoreTarget(self._store, index, self.keys(), meta_names)
+        label = next((n for n, v in _tags(self._store).items() if v == int(versions[index]["id"])), None)
+        msg = message or f"restore version {versions[index]['id']}" + (f" ({label})" if label else "")
+        return self._run_edit("restore", None, None, np.zeros(0, np.int64), {}, progress=progress, message=msg,
+                              target=target)
+
+    @_serialized
+    def delete_episodes(self, indices: Any, *, progress: bool = False, message: str | None = None) -> EditReport:
         """Delete the given episodes (any of them; negative indices count from the end).  The
         remaining episodes keep their order; per-episode meta arrays follow.  Crash-safe (the old
         or the new store survives a kill), rewriting only from the first deleted episode on.
@@ -134,6 +193,8 @@ class EpisodeEditing:
         and after, and per camera key with a lossy codec (JPEG, video) how many kept frames the edit
         re-encoded and their worst PSNR (deleting the last episodes re-encodes at most the kept frames
         of the chunk holding the new end).  The same for :meth:`keep_episodes` and :meth:`trim_episode`.
+        ``progress``: a tqdm bar on stderr over the bytes the edit moves (all three).  ``message``:
+        the edit's version message (all three; default a summary: :mod:`replaybuf_core.store.versions`).
 
         Raises:
             TypeError: a non-integer index.  IndexError: an index out of range (named).
@@ -146,10 +207,10 @@ class EpisodeEditing:
         gone = self._episode_numbers(indices, "delete_episodes")
         keep = np.setdiff1d(np.arange(self._n_ep), gone)
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], keep)
-        return self._run_edit("delete_episodes", ranges, kept, gone, {})
+        return self._run_edit("delete_episodes", ranges, kept, gone, {}, progress=progress, message=message)
 
     @_serialized
-    def keep_episodes(self, mask: Any) -> EditReport:
+    def keep_episodes(self, mask: Any, *, progress: bool = False, message: str | None = None) -> EditReport:
         """Keep only the episodes where ``mask`` is True: a bool array (n_episodes,), or the name of
         a bool meta array with one row per episode (e.g. a validation mask).  Crash-safe.
 
@@ -161,7 +222,7 @@ class EpisodeEditing:
         self._require_writable()
         if isinstance(mask, str):
             if not self._store.has_array("meta", mask):
-                raise KeyError(f"keep_episodes: no meta array {mask!r} (meta arrays: {self._store.list_arrays('meta')})")
+                raise KeyError(f"keep_episodes: no meta array {mask!r}; {self._mask_candidates()}")
             mask = self._store.read("meta", mask, 0, int(self._store.shape("meta", mask)[0]))
         mask = np.asarray(mask)
         if mask.dtype != np.bool_:
@@ -169,10 +230,23 @@ class EpisodeEditing:
         if mask.shape != (self._n_ep,):
             raise ValueError(f"keep_episodes: mask has shape {mask.shape}, the buffer has {self._n_ep} episodes")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.flatnonzero(mask))
-        return self._run_edit("keep_episodes", ranges, kept, np.flatnonzero(~mask), {}, drop_stats=not mask.all())
+        return self._run_edit("keep_episodes", ranges, kept, np.flatnonzero(~mask), {}, drop_stats=not mask.all(),
+                              progress=progress, message=message)
+
+    def _mask_candidates(self) -> str:
+        """What a mask could be named: the bool meta arrays with one value per episode (the store's
+        own bookkeeping — ``episode_ends``, ``_stats.*`` — left out), else the other user arrays."""
+        s = self._store
+        user = [n for n in s.list_arrays("meta") if n != "episode_ends" and not n.startswith("_")]
+        masks = [n for n in user if tuple(s.shape("meta", n)) == (self._n_ep,) and np.dtype(s.dtype("meta", n)) == np.bool_]
+        if masks:
+            return f"the store's masks (bool meta arrays, one value per episode) are {masks}"
+        others = f"; its meta arrays are {user}" if user else ""
+        return f"the store has no mask (a bool meta array with one value per episode){others}"
 
     @_serialized
-    def trim_episode(self, index: int, start: int = 0, stop: int | None = None) -> EditReport:
+    def trim_episode(self, index: int, start: int = 0, stop: int | None = None, *, progress: bool = False,
+                     message: str | None = None) -> EditReport:
         """Keep steps ``[start, stop)`` of episode ``index`` (drop idle frames at either end); ``stop``
         None keeps to the end.  Crash-safe; rewrites from that episode on.
 
@@ -194,4 +268,5 @@ class EpisodeEditing:
             raise ValueError(f"trim_episode: episode {i} has {length} steps; [start, stop) = [{start}, {stop}) must "
                              "satisfy 0 <= start < stop <= length (an episode keeps at least one step)")
         ranges, kept = editing.keep_ranges_for(self._ends[: self._n_ep], np.arange(self._n_ep), {i: (start, stop)})
-        return self._run_edit("trim_episode", ranges, kept, np.zeros(0, dtype=np.int64), {i: (start, stop)})
+        return self._run_edit("trim_episode", ranges, kept, np.zeros(0, dtype=np.int64), {i: (start, stop)},
+                              progress=progress, message=message)

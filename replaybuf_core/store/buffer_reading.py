@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core.errors import CapabilityError
+from replaybuf_core.layout.frames import is_frames
 from replaybuf_core.protocol import read_rows_via_ranges
 
 from .buffer_checks import _check_index
@@ -78,46 +79,93 @@ class StepReading:
             raise ValueError(f"row ranges must satisfy 0 <= start <= stop <= n_steps={self.n_steps}")
         return self._store.read_ranges("data", key, starts, stops)
 
-    def read_rows(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source") -> np.ndarray:
+    def read_rows(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source",
+                  resize: Any = None) -> np.ndarray:
         """Gather steps ``rows`` (int array of any shape) of data ``key``: returns an array of shape
         ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view, of any dtype
         the values cast to; else a new array of :meth:`dtype_of` ``(key, dtypes)``), decoding
         every chunk touched once.  The sampler's batch path; NumPy buffers do one fancy index.
 
+        ``resize`` (camera keys): ``(height, width)`` or a
+        :class:`~replaybuf_core.layout.frame_resize.FrameResize` (with a crop) — the frames made
+        smaller where it is cheapest (a JPEG decoded at a DCT scale, a video frame scaled in its RGB
+        conversion: the backend's optional ``read_rows_resized``; else full frames resized by
+        Pillow), step shape ``(height, width[, C])``; close to, not bit for bit, resizing full frames.
+
         Raises:
             KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``.
-            ValueError: ``out`` of the wrong shape.
+            ValueError: ``out`` of the wrong shape; ``resize`` of a key that is not camera frames, not
+            positive, larger than the frame or crop, or a crop outside the frame (naming the key).
         """
+        if resize is not None:
+            return self._read_rows_resized(key, rows, out, dtypes, resize)
         rows, out = self._rows_and_out(key, rows, out, dtypes)
         gather = getattr(self._store, "read_rows", None)
         if gather is not None:
             return gather("data", key, rows, out)
         return read_rows_via_ranges(self._store, "data", key, rows, out)
 
-    def read_rows_async(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source") -> Any:
+    def read_rows_async(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source",
+                        resize: Any = None) -> Any:
         """Start :meth:`read_rows`: returns an object whose ``result()`` completes the read and
         returns the filled array.  On backends with ``read_rows_async`` (zarr) thread-pool helpers
         start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
-        join in; elsewhere the read is done before returning.  Leave ``out`` alone until
-        ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
+        join in; elsewhere (and with ``resize``) the read is done before returning.  Leave ``out``
+        alone until ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
+        done: Future = Future()
+        if resize is not None:
+            done.set_result(self._read_rows_resized(key, rows, out, dtypes, resize))
+            return done
         rows, out = self._rows_and_out(key, rows, out, dtypes)
         start = getattr(self._store, "read_rows_async", None)
         if start is not None:
             return start("data", key, rows, out)
-        done: Future = Future()
         gather = getattr(self._store, "read_rows", None)
         done.set_result(gather("data", key, rows, out) if gather is not None
                         else read_rows_via_ranges(self._store, "data", key, rows, out))
         return done
 
-    def _rows_and_out(self, key: str, rows, out: np.ndarray | None, dtypes: str = "source") -> tuple[np.ndarray, np.ndarray]:
+    def _read_rows_resized(self, key: str, rows, out: np.ndarray | None, dtypes: str, resize: Any) -> np.ndarray:
+        """:meth:`read_rows` with ``resize`` (see there)."""
+        from replaybuf_core.layout.frame_resize import FrameResize, resize_frame
+
         if key not in self:
             raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
-        dtype = self.dtype_of(key, dtypes)
+        shape = tuple(self._store.shape("data", key))
+        if not is_frames(shape, self._store.dtype("data", key)):
+            raise ValueError(f"resize: data key {key!r} is not camera frames (uint8 (T, H, W, C)): {shape}")
+        fr = resize if isinstance(resize, FrameResize) else FrameResize(*_pair(key, resize))
+        fr.check(key, shape[1], shape[2])
+        rows = self._checked_rows(rows)
+        want = rows.shape + (fr.height, fr.width) + shape[3:]
+        if out is None:
+            out = np.empty(want, dtype=self.dtype_of(key, dtypes))
+        elif out.shape != want:
+            raise ValueError(f"out has shape {out.shape}, expected {want}")
+        stage = out if out.dtype == np.uint8 else np.empty(want, np.uint8)
+        gather = getattr(self._store, "read_rows_resized", None)
+        if gather is None or gather("data", key, rows, stage, fr) is None:
+            frames = {int(r): resize_frame(self._store.read("data", key, int(r), int(r) + 1)[0], fr)
+                      for r in np.unique(rows)}
+            for pos, r in zip(np.ndindex(rows.shape), rows.reshape(-1).tolist()):
+                stage[pos] = frames[r]
+        if stage is not out:
+            out[...] = stage
+        return out
+
+    def _checked_rows(self, rows) -> np.ndarray:
+        """``rows`` as int64; IndexError naming a row outside ``[0, n_steps)``."""
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= self.n_steps):
             bad = rows[(rows < 0) | (rows >= self.n_steps)].flat[0]
             raise IndexError(f"row {int(bad)} is out of range for {self.n_steps} steps")
+        return rows
+
+    def _rows_and_out(self, key: str, rows, out: np.ndarray | None, dtypes: str = "source") -> tuple[np.ndarray, np.ndarray]:
+        if key not in self:
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        dtype = self.dtype_of(key, dtypes)
+        rows = self._checked_rows(rows)
         shape = rows.shape + tuple(self._store.shape("data", key)[1:])
         if out is None:
             out = np.empty(shape, dtype=dtype)
@@ -159,3 +207,13 @@ class StepReading:
         if pin is not None:
             for key in keys:
                 pin("data", key)
+
+
+def _pair(key: str, value: Any) -> tuple[int, int]:
+    """``resize=(height, width)`` checked: two ints (ValueError naming the key)."""
+    import numbers
+
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2 or any(
+            isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) for v in value):
+        raise ValueError(f"resize of camera key {key!r} must be (height, width) ints, got {value!r}")
+    return int(value[0]), int(value[1])

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from replaybuf_core.layout.chunks import row_bytes
 from replaybuf_core.protocol import StorageBackend
 
 _BLOCK_BYTES = 32 * 2**20
@@ -37,6 +39,7 @@ def copy_array(
     fill_value: Any = None,
     client: Any = None,
     keep_stored: bool = False,
+    progress: Callable[[int], Any] | None = None,
 ) -> bool:
     """Create ``dst_group/dst_name`` in ``dst`` and stream the first ``n_rows`` rows of the source
     into it; memory stays bounded by one block (see :func:`block_rows`).  With ``keep_stored`` (a
@@ -49,7 +52,8 @@ def copy_array(
     were decoded and written.  0-d arrays (meta scalars) are copied whole.  With ``client`` (a ``distributed.Client``) the
     blocks are copied on its cluster, one task each (:mod:`replaybuf_core.cluster.copy`; both stores
     must be reachable by path or URL, the destination a zarr store: else ValueError before anything
-    is created); the result is the same bit for bit.
+    is created); the result is the same bit for bit.  ``progress(n_bytes)`` is called as rows are copied
+    with their decoded bytes (:func:`~replaybuf_core.layout.chunks.row_bytes`).
     """
     shape = src.shape(src_group, src_name)
     dtype = src.dtype(src_group, src_name)
@@ -66,19 +70,23 @@ def copy_array(
         check_cluster_destination(endpoint_of(dst).backend, "a copy")
     dst.create_array(dst_group, dst_name, shape=(n,) + tuple(shape[1:]), dtype=dtype, chunks=chunks,
                      codec=codec, shards=shards, fill_value=fill_value)
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * (dtype.itemsize if dtype != object else 64)
+    per_row = row_bytes(shape, dtype)
+    done = progress or (lambda n_bytes: None)
     obj = (shards or chunks or (None,))[0]
     src_chunks = src.chunks(src_group, src_name) if hasattr(src, "chunks") else None
-    step = block_rows(row_bytes, obj, src_chunks[0] if src_chunks else None)
+    step = block_rows(per_row, obj, src_chunks[0] if src_chunks else None)
     raw = getattr(dst, "copy_stored", None) if keep_stored and client is None else None
     if raw is not None and raw(src, src_group, src_name, dst_group, dst_name, n):
+        done(n * per_row)
         return True
     if client is not None:
         from replaybuf_core.cluster.copy import copy_rows_on_cluster
 
         copy_rows_on_cluster(client, src, (src_group, src_name), dst, (dst_group, dst_name), n, step)
+        done(n * per_row)
         return False
     for start in range(0, n, step):
         stop = min(n, start + step)
         dst.write(dst_group, dst_name, start, src.read(src_group, src_name, start, stop))
+        done((stop - start) * per_row)
     return False

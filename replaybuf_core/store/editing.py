@@ -45,18 +45,22 @@ statistics (:func:`rollback`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from replaybuf_core.errors import CorruptStoreError, StoreLockedError
-from replaybuf_core.protocol import CAP_SHARDS, StorageBackend
-
+from replaybuf_core.layout.chunks import row_bytes
+from replaybuf_core.protocol import CAP_SHARDS, CAP_VERSIONS, VERSIONS_GROUP, StorageBackend
 from replaybuf_core.stats.kernels import channel_histograms
 
 from .commit import EPISODE_ENDS
 from .copying import block_rows
-from .lossy_frames import ReencodedFrames, lossy_keys, worst_psnr
+from .lossy_frames import ReencodedFrames, frame_histogram, lossy_keys, worst_psnr
+from .row_moves import backup_by_bytes, moved_keys, runs_of, splice
+from .versions import VERSIONS, delete_unread_undos, delta_prefix, log, note_appends, record
+from .progress import progress_bar
 
 __all__ = ["EDIT_JOURNAL", "UNDO_PREFIX", "EditInProgressError", "InterruptedEditError", "keep_ranges_for", "rewrite",
            "rollback"]
@@ -147,10 +151,14 @@ def _lossless_layout(store: StorageBackend, key: str) -> tuple[Any, Any, Any]:
 
 
 def _copy_rows(store: StorageBackend, group: str, src: str, a: int, b: int, dst: str,
-               lossless: bool = False, hist: np.ndarray | None = None) -> None:
+               lossless: bool = False, hist: np.ndarray | None = None, bar: Any = None,
+               dst_group: str | None = None) -> None:
     """Create ``group/dst`` holding rows ``[a, b)`` of ``group/src`` with the same layout — or, with
     ``lossless``, the layout of :func:`_lossless_layout` (a lossy frame key's backup keeps the pixels
-    exactly).  ``hist`` (int64 (C, 256)): the copied rows' per-channel value counts are added to it."""
+    exactly).  ``hist`` (int64 (C, 256)): the copied rows' per-channel value counts are added to it;
+    ``bar``: a progress bar told the copied rows' decoded bytes; ``dst_group``: where ``dst`` goes
+    (default ``group``)."""
+    dst_group = dst_group or group
     shape = tuple(store.shape(group, src))
     dtype = np.dtype(store.dtype(group, src))
     if lossless:
@@ -159,98 +167,188 @@ def _copy_rows(store: StorageBackend, group: str, src: str, a: int, b: int, dst:
         chunks = store.chunks(group, src) if hasattr(store, "chunks") else None
         shards = store.shards(group, src) if CAP_SHARDS in store.capabilities else None
         codec = store.codec(group, src)
-    store.create_array(group, dst, shape=(b - a,) + shape[1:], dtype=dtype, chunks=chunks, codec=codec,
+    store.create_array(dst_group, dst, shape=(b - a,) + shape[1:], dtype=dtype, chunks=chunks, codec=codec,
                        shards=shards)
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * (dtype.itemsize if dtype != object else 64)
-    step = block_rows(row_bytes, (shards or chunks or (None,))[0], chunks[0] if chunks else None)
+    per_row = row_bytes(shape, dtype)
+    step = block_rows(per_row, (shards or chunks or (None,))[0], chunks[0] if chunks else None)
     for r in range(a, b, step):
         block = store.read(group, src, r, min(b, r + step))
-        store.write(group, dst, r - a, block)
+        store.write(dst_group, dst, r - a, block)
         if hist is not None:
             channel_histograms(np.asarray(block), hist)
+        if bar is not None:
+            bar.update(len(block) * per_row)
 
 
-def _gather(store: StorageBackend, name: str, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (increasing int64) of ``data/name``, read run by contiguous run (a block never
-    spans the rows between two runs)."""
-    cut = np.flatnonzero(np.diff(rows) != 1) + 1
-    parts = [np.asarray(store.read("data", name, int(run[0]), int(run[-1]) + 1)) for run in np.split(rows, cut)]
+class Target:
+    """What an edit makes of the store: its new ``episode_ends`` (int64), per data key the first row
+    that changes (``first``), where each new row from there on comes from (:meth:`runs`) and the new
+    per-episode meta rows (:meth:`meta`).  This one: the kept row ranges of the current store (an
+    edit: ``ranges``, one per new episode, ``kept[i]`` the old episode of new episode ``i``); a
+    restore's is :class:`~replaybuf_core.store.version_view.RestoreTarget`."""
+
+    def __init__(self, old_ends: np.ndarray, ranges: list[tuple[int, int]], kept: np.ndarray):
+        self.ranges, self.kept = ranges, np.asarray(kept, dtype=np.int64)
+        self.ends = np.cumsum(np.array([b - a for a, b in ranges], dtype=np.int64), dtype=np.int64)
+        first = 0  # the first row that changes: after the leading episodes kept whole and in place
+        for (a, b), e in zip(ranges, kept):
+            start_e = int(old_ends[e - 1]) if e else 0
+            if (a, b) != (start_e, int(old_ends[e])) or a != first:
+                break
+            first = b
+        self._first = first
+        self.unchanged = first == self.n_steps == (int(old_ends[-1]) if old_ends.size else 0) \
+            and self.ends.size == old_ends.size
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.ends[-1]) if self.ends.size else 0
+
+    def first(self, key: str) -> int:
+        return self._first
+
+    def runs(self, key: str, s0: int, backup: str) -> list[tuple[str, int, int]]:
+        """New rows ``[s0, n_steps)`` of ``key`` as ``(array, a, b)`` row runs; ``backup`` holds the
+        old rows from ``s0`` on (its row 0 is old row ``s0``)."""
+        return runs_of(backup, _sources(s0, self._first, self.ranges) - s0)
+
+    def meta(self, name: str, backup: tuple[str, str], store: StorageBackend, n_old: int) -> np.ndarray:
+        """The new rows of the per-episode meta array ``name`` (``backup``: (group, name) of its old rows)."""
+        return np.asarray(store.read(backup[0], backup[1], 0, n_old))[self.kept]
+
+
+def _runs_rows(store: StorageBackend, runs: list[tuple[str, int, int]], lo: int, hi: int,
+               group: str) -> np.ndarray:
+    """Positions ``[lo, hi)`` of the rows ``runs`` name, end to end, read from ``group``."""
+    parts, pos = [], 0
+    for name, a, b in runs:
+        x, y = max(lo, pos), min(hi, pos + b - a)
+        if x < y:
+            parts.append(np.asarray(store.read(group, name, a + x - pos, a + y - pos)))
+        pos += b - a
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def rewrite(buf: Any, ranges: list[tuple[int, int]], kept: np.ndarray, kind: str) -> dict[str, ReencodedFrames]:
+def rewrite(buf: Any, ranges: list[tuple[int, int]] | None, kept: np.ndarray | None, kind: str,
+            bar: Any = None, message: str | None = None, target: Any = None) -> dict[str, ReencodedFrames]:
     """Make ``buf``'s store hold the rows ``ranges`` (old row ranges, one per new episode, in
     increasing order, non-overlapping, each non-empty) as its episodes, ``kept[i]`` being the old
-    episode of new episode ``i`` (per-episode meta rows follow it).  See the module docstring for the
-    steps; ``kind`` names the edit in the journal.  The caller validated everything and holds the
-    buffer's mutex; it refreshes its bookkeeping afterwards.
+    episode of new episode ``i`` (per-episode meta rows follow it) — or what ``target`` says (a
+    restore: :class:`Target`'s interface).  See the module docstring for the steps; ``kind`` names
+    the edit in the journal.  The caller validated everything and holds the
+    buffer's mutex; it refreshes its bookkeeping afterwards.  ``bar``: a tqdm bar (:mod:`.progress`),
+    given as its total the bytes the edit moves (backed up, rewritten, a lossy key's rows read back)
+    and told them as they move.
+
+    The edit is a version (:mod:`.versions`): the version before it is recorded first (appends
+    since the last one), the backups are kept as that version's undo, and the commit adds the
+    edit's version (``message``, default a summary) in the same attribute write that clears the
+    journal.
 
     Returns, per data key with a lossy frame codec that was rewritten, what happened to its kept
     frames (:class:`~replaybuf_core.store.lossy_frames.ReencodedFrames`); empty when nothing changed."""
     store: StorageBackend = buf._store
     old_ends = np.asarray(buf._ends[: buf._n_ep], dtype=np.int64)
     old_n = int(old_ends[-1]) if old_ends.size else 0
-    lengths = np.array([b - a for a, b in ranges], dtype=np.int64)
-    new_ends = np.cumsum(lengths, dtype=np.int64)
-    new_n = int(new_ends[-1]) if new_ends.size else 0
-    # the first row that changes: after the leading episodes kept whole and in place
-    first = 0
-    for (a, b), e in zip(ranges, kept):
-        start_e = int(old_ends[e - 1]) if e else 0
-        if (a, b) != (start_e, int(old_ends[e])) or a != first:
-            break
-        first = b
-    if first == new_n == old_n and new_ends.size == old_ends.size:
+    target = Target(old_ends, ranges, kept) if target is None else target
+    new_ends, new_n = target.ends, target.n_steps
+    if target.unchanged:
         return {}  # nothing changes
+    versions = note_appends(store, old_ends.size, old_n, force=True)  # the version the edit starts from
+    # backups: kept as that version's undo on a backend with a versions group, else deleted at the end
+    keep = CAP_VERSIONS in store.capabilities
+    dgroup, mgroup = (VERSIONS_GROUP, VERSIONS_GROUP) if keep else ("data", "meta")
+    vid = int(versions[-1]["id"])
+    prefix, mprefix = (delta_prefix(vid) + "data.", delta_prefix(vid) + "meta.") if keep else (UNDO_PREFIX, UNDO_PREFIX)
     keys = buf.keys()
-    lossy = lossy_keys(store, keys)
-    # a lossy key from its first changed chunk (a partial shard write keeps the others' bytes), the
+    moved = moved_keys(store, keys)  # frame keys whose rows move as stored bytes: nothing re-encoded
+    lossy = [k for k in lossy_keys(store, keys) if k not in moved]
+    # a frame key from its first changed chunk (a partial shard write keeps the others' bytes), the
     # others from their first changed stored object
-    grid = {k: _chunk_len(store, k) if k in lossy else _unit(store, k) for k in keys}
-    starts = {k: (first // grid[k]) * grid[k] for k in keys}
+    grid = {k: _chunk_len(store, k) if k in lossy or k in moved else _unit(store, k) for k in keys}
+    starts = {k: (target.first(k) // grid[k]) * grid[k] for k in keys}
     meta_names = [EPISODE_ENDS] + episode_meta_arrays(store, old_ends.size)
-    # 1. back up (lossy frame keys losslessly: their kept frames are encoded once more, not twice)
+    per_row = {k: row_bytes(store.shape("data", k), store.dtype("data", k)) for k in keys}
+    bar = bar if bar is not None else progress_bar(kind, 0, False)
+    bar.reset(total=sum(per_row[k] * (old_n - starts[k] + (new_n - starts[k]) * (2 if k in lossy else 1))
+                        for k in keys))
+    # 1. back up (moved keys as stored; other lossy frame keys losslessly: their kept frames are
+    # encoded once more, not twice)
     _delete_backups(store)  # an unfinished earlier backup (never journaled)
     old_hist = {k: np.zeros((int(store.shape("data", k)[-1]), 256), np.int64) for k in lossy}
     for k in keys:
-        _copy_rows(store, "data", k, starts[k], old_n, UNDO_PREFIX + k, lossless=k in lossy, hist=old_hist.get(k))
+        if k in moved and backup_by_bytes(store, k, starts[k], old_n, prefix + k, dgroup):
+            bar.update((old_n - starts[k]) * per_row[k])
+            continue
+        if k in moved:  # the backend could not after all: decoded and encoded like any lossy key
+            moved.remove(k)
+            if lossy_keys(store, [k]):
+                lossy.append(k)
+                old_hist[k] = np.zeros((int(store.shape("data", k)[-1]), 256), np.int64)
+        _copy_rows(store, "data", k, starts[k], old_n, prefix + k, lossless=k in lossy, hist=old_hist.get(k),
+                   bar=bar, dst_group=dgroup)
     for m in meta_names:
-        _copy_rows(store, "meta", m, 0, int(store.shape("meta", m)[0]), UNDO_PREFIX + m)
+        _copy_rows(store, "meta", m, 0, int(store.shape("meta", m)[0]), mprefix + m, dst_group=mgroup)
     buf._persist()
     # 2. journal
     store.set_attrs("meta", {EDIT_JOURNAL: {"kind": kind, "n_steps": old_n, "n_episodes": int(old_ends.size),
-                                            "starts": starts, "meta": meta_names, "lossy": lossy}})
+                                            "starts": starts, "meta": meta_names, "lossy": lossy, "moved": moved,
+                                            "prefix": prefix, "meta_prefix": mprefix, "groups": [dgroup, mgroup]}})
     buf._persist()
     # 3. rewrite from the backups: shrink first (a shrink overwrites the tail of the new last chunk; the
     # write below then encodes that chunk once, from the backup), then the new rows
     report = {}
     for k in keys:
         s0 = starts[k]
+        runs = target.runs(k, s0, prefix + k)  # where new rows [s0, new_n) come from
+        if k in moved:
+            if splice(store, k, s0, runs, dgroup):
+                bar.update((new_n - s0) * per_row[k])
+                if k in lossy_keys(store, [k]):
+                    report[k] = ReencodedFrames(key=k, first_row=s0, frames=0, worst_psnr_db=math.inf,
+                                                old_hist=np.zeros((0, 256), np.int64),
+                                                new_hist=np.zeros((0, 256), np.int64), moved=new_n - s0)
+                continue
+            fallback = True  # (a video chunk that would need more than 255 segments): decode and encode
+        else:
+            fallback = False
         store.resize("data", k, new_n)
-        # new rows [s0, new_n) come from old rows: before `first` unchanged, then the kept ranges
-        src = _sources(s0, first, ranges)
         for a, b in _spans(s0, new_n, _unit(store, k), _step(store, k)):
-            store.write("data", k, a, _gather(store, UNDO_PREFIX + k, src[a - s0: b - s0] - s0))
+            store.write("data", k, a, _runs_rows(store, runs, a - s0, b - s0, dgroup))
+            bar.update((b - a) * per_row[k])
         if k in lossy:
-            report[k] = _read_back(store, k, s0, new_n, src, old_hist[k])
+            report[k] = _read_back(store, k, s0, new_n, runs, old_hist[k], bar, dgroup)
+        elif fallback and lossy_keys(store, [k]):
+            hist = frame_histogram(store, prefix + k, 0, int(store.shape(dgroup, prefix + k)[0]), dgroup)
+            report[k] = _read_back(store, k, s0, new_n, runs, hist, bar, dgroup)
+            report[k].unplanned = True  # its stored statistics counted the old pixels: recomputed
     store.resize("meta", EPISODE_ENDS, new_ends.size)
     if new_ends.size:
         store.write("meta", EPISODE_ENDS, 0, new_ends)
     for m in meta_names[1:]:
-        values = np.asarray(store.read("meta", UNDO_PREFIX + m, 0, old_ends.size))[kept]
-        store.resize("meta", m, kept.size)
-        if kept.size:
+        values = target.meta(m, (mgroup, mprefix + m), store, old_ends.size)
+        store.resize("meta", m, len(values))
+        if len(values):
             store.write("meta", m, 0, values)
     from .commit import read_generation, write_commit_record
 
     write_commit_record(store, new_ends.size, new_n, generation=read_generation(store) + 1)  # an edit: next generation
     buf._persist()
-    # 4. commit, then clean up
-    _clear_journal(store)
+    # 4. commit: the journal goes and the version is recorded in one write; the backups stay, as the
+    # previous version's undo
+    if keep:
+        versions[-1]["undo"] = {"prefix": prefix, "meta_prefix": mprefix, "starts": starts, "meta": meta_names}
+    record(versions, kind, message or _summary(kind, old_ends.size, old_n, new_ends.size, new_n), new_ends.size, new_n)
+    store.set_attrs("meta", {EDIT_JOURNAL: None, VERSIONS: versions})
     buf._persist()
-    _delete_backups(store)
-    buf._persist()
+    if not keep:
+        _delete_backups(store)
+        buf._persist()
     return report
+
+
+def _summary(kind: str, e0: int, n0: int, e1: int, n1: int) -> str:
+    return f"{kind}: {e0} -> {e1} episodes, {n0} -> {n1} steps"
 
 
 def _sources(s0: int, first: int, ranges: list[tuple[int, int]]) -> np.ndarray:
@@ -267,17 +365,19 @@ def _step(store: StorageBackend, key: str) -> int:
     return block_rows(row_bytes, _unit(store, key), None)
 
 
-def _read_back(store: StorageBackend, key: str, s0: int, new_n: int, src: np.ndarray,
-               old_hist: np.ndarray) -> ReencodedFrames:
+def _read_back(store: StorageBackend, key: str, s0: int, new_n: int, runs: list[tuple[str, int, int]],
+               old_hist: np.ndarray, bar: Any, group: str) -> ReencodedFrames:
     """Read the rewritten rows ``[s0, new_n)`` of the lossy frame key ``data/key`` back and compare
-    each with its pre-edit pixels in the (lossless) backup: the re-encoded frames, their worst PSNR
-    and the histograms of the rows before and after."""
+    each with its pre-edit pixels (``runs``: where they came from, the (lossless) backup): the
+    re-encoded frames, their worst PSNR and the histograms of the rows before and after (``bar``
+    told the bytes read)."""
     new_hist = np.zeros_like(old_hist)
     worst = float("nan") if new_n == s0 else float("inf")
     for a, b in _spans(s0, new_n, _unit(store, key), _step(store, key)):
         after = np.asarray(store.read("data", key, a, b))
         channel_histograms(after, new_hist)
-        worst = min(worst, worst_psnr(_gather(store, UNDO_PREFIX + key, src[a - s0: b - s0] - s0), after))
+        worst = min(worst, worst_psnr(_runs_rows(store, runs, a - s0, b - s0, group), after))
+        bar.update(after.nbytes)
     return ReencodedFrames(key, s0, new_n - s0, worst, old_hist, new_hist)
 
 
@@ -288,12 +388,23 @@ def _clear_journal(store: StorageBackend) -> None:
 
 
 def _delete_backups(store: StorageBackend) -> list[str]:
+    """Delete edit backups that are nobody's: ``_temp_undo.*`` in ``data`` / ``meta``, and arrays of the
+    versions group no version's undo names (an edit that never committed) and no live reader reads
+    (:func:`~.versions.late_reader_undos`)."""
     gone = []
     for group in ("data", "meta"):
         for name in store.list_arrays(group):
             if name.startswith(UNDO_PREFIX):
                 store.delete_array(group, name)
                 gone.append(f"{group}/{name}")
+    if CAP_VERSIONS in store.capabilities and store.has_group(VERSIONS_GROUP):
+        from replaybuf_core import locking
+
+        from .version_readers import held_store
+
+        versions = log(store)
+        gone += [f"{VERSIONS_GROUP}/{name}" for name in delete_unread_undos(
+            store, versions, lambda: held_store(store, locking.lock_dir_of(store)), [int(v["id"]) for v in versions])]
     return gone
 
 
@@ -332,22 +443,30 @@ def rollback(store: StorageBackend, apply: bool) -> list[str]:
     starts, meta_names = dict(journal["starts"]), list(journal["meta"])
     lossy = [k for k in journal.get("lossy", []) if k in starts]
     old_n, old_e = int(journal["n_steps"]), int(journal["n_episodes"])
-    missing = [f"data/{UNDO_PREFIX}{k}" for k in starts if not store.has_array("data", UNDO_PREFIX + k)]
-    missing += [f"meta/{UNDO_PREFIX}{m}" for m in meta_names if not store.has_array("meta", UNDO_PREFIX + m)]
+    prefix = str(journal.get("prefix", UNDO_PREFIX))
+    mprefix = str(journal.get("meta_prefix", prefix))
+    dgroup, mgroup = journal.get("groups", ["data", "meta"])
+    missing = [f"{dgroup}/{prefix}{k}" for k in starts if not store.has_array(dgroup, prefix + k)]
+    missing += [f"{mgroup}/{mprefix}{m}" for m in meta_names if not store.has_array(mgroup, mprefix + m)]
     if missing:
         raise CorruptStoreError(f"an interrupted {kind} cannot be rolled back: its backups {missing} are missing; "
                                 "nothing was changed")
+    moved = set(journal.get("moved", []))
     for k, s0 in starts.items():
-        n_undo = int(store.shape("data", UNDO_PREFIX + k)[0])
+        n_undo = int(store.shape(dgroup, prefix + k)[0])
+        if k in moved and splice(store, k, int(s0), [(prefix + k, 0, n_undo)] if n_undo else [], dgroup):
+            continue  # its chunks back as they were stored: not one frame encoded
+        if k in moved and k not in lossy and lossy_keys(store, [k]):
+            lossy.append(k)  # written back through its codec: its statistics are recomputed
         store.resize("data", k, max(int(store.shape("data", k)[0]), old_n))
         for a, b in _spans(int(s0), int(s0) + n_undo, _unit(store, k), _step(store, k)):
-            store.write("data", k, a, store.read("data", UNDO_PREFIX + k, a - int(s0), b - int(s0)))
+            store.write("data", k, a, store.read(dgroup, prefix + k, a - int(s0), b - int(s0)))
         store.resize("data", k, old_n)
     for m in meta_names:
-        n_m = int(store.shape("meta", UNDO_PREFIX + m)[0])
+        n_m = int(store.shape(mgroup, mprefix + m)[0])
         store.resize("meta", m, n_m)
         if n_m:
-            store.write("meta", m, 0, store.read("meta", UNDO_PREFIX + m, 0, n_m))
+            store.write("meta", m, 0, store.read(mgroup, mprefix + m, 0, n_m))
     ends = np.asarray(store.read("meta", EPISODE_ENDS, 0, old_e), dtype=np.int64)
     from .commit import write_commit_record
 

@@ -57,14 +57,14 @@ def worst_psnr(before: np.ndarray, after: np.ndarray) -> float:
     return math.inf if worst == 0 else 10 * math.log10(255.0 ** 2 / worst)
 
 
-def frame_histogram(store: StorageBackend, key: str, start: int, stop: int) -> np.ndarray:
+def frame_histogram(store: StorageBackend, key: str, start: int, stop: int, group: str = "data") -> np.ndarray:
     """int64 (C, 256): per-channel value counts of rows ``[start, stop)`` of the uint8 frame key
     ``data/key``, read in blocks of about 8 MB."""
-    shape = tuple(store.shape("data", key))
+    shape = tuple(store.shape(group, key))
     hist = np.zeros((int(shape[-1]), 256), dtype=np.int64)
     per = max(1, FRAME_BLOCK_BYTES // max(1, int(np.prod(shape[1:], dtype=np.int64))))
     for a in range(start, stop, per):
-        channel_histograms(np.asarray(store.read("data", key, a, min(stop, a + per))), hist)
+        channel_histograms(np.asarray(store.read(group, key, a, min(stop, a + per))), hist)
     return hist
 
 
@@ -100,7 +100,13 @@ class ReencodedFrames:
             (``inf``: all identical; ``nan``: none re-encoded).
         old_hist, new_hist: int64 (C, 256) per-channel value counts of the rewritten rows before the
             edit (every old row from ``first_row`` on, deleted ones too) and after it (for the stored
-            statistics).
+            statistics); empty (0, 256) when the frames were moved as stored bytes.
+        moved: frames moved as stored bytes (rows ``[first_row, first_row + moved)`` of the edited
+            store: a one-frame codec's chunks whole, a video chunk's packets re-cut;
+            :mod:`replaybuf_core.store.row_moves`), bit for bit the frames they were; 0 when the
+            rows were decoded and encoded.
+        unplanned: the backend could not move the rows as planned and they were re-encoded; the
+            stored statistics of the key are recomputed on the next ``get_stats``.
     """
 
     key: str
@@ -109,9 +115,14 @@ class ReencodedFrames:
     worst_psnr_db: float
     old_hist: np.ndarray = field(repr=False)
     new_hist: np.ndarray = field(repr=False)
+    moved: int = 0
+    unplanned: bool = False
 
     def describe(self) -> str:
         """One line for the CLI: how many kept frames were re-encoded, and how well."""
+        if not self.frames and self.moved:
+            return (f"{self.key}: 0 frames re-encoded; {self.moved} kept frame(s) moved as stored bytes (rows "
+                    f"{self.first_row}..{self.first_row + self.moved - 1} of the edited store, bit for bit as before)")
         if not self.frames:
             return f"{self.key}: no kept frame was re-encoded (the edit starts on a chunk boundary)"
         quality = "identical to before" if math.isinf(self.worst_psnr_db) else \
@@ -130,7 +141,8 @@ class EditReport:
         n_episodes, n_steps: ``(before, after)`` each.
         reencoded: per data key with a lossy frame codec that the edit rewrote, a
             :class:`ReencodedFrames` (empty when the edit changed nothing or the store has no lossy
-            frames).
+            frames): its ``frames`` the kept frames re-encoded (0 when they were moved as stored
+            bytes: ``moved``).
     """
 
     kind: str
@@ -138,6 +150,12 @@ class EditReport:
     n_steps: tuple[int, int]
     reencoded: dict[str, ReencodedFrames] = field(default_factory=dict)
 
+    @property
+    def frames_reencoded(self) -> int:
+        """Kept frames the edit re-encoded, over every lossy frame key (0: every kept frame is bit for
+        bit what it was)."""
+        return sum(r.frames for r in self.reencoded.values())
+
     def lines(self) -> list[str]:
-        """The notes worth printing: one per lossy key whose kept frames were re-encoded."""
-        return [f"note: {r.describe()}" for r in self.reencoded.values() if r.frames]
+        """The notes worth printing: one per lossy key whose kept frames were re-encoded or moved."""
+        return [f"note: {r.describe()}" for r in self.reencoded.values() if r.frames or r.moved]

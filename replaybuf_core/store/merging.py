@@ -18,7 +18,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from replaybuf_core.layout.chunks import row_bytes
+
 from .editing import episode_meta_arrays
+from .progress import progress_bar
 from .replace import build_beside
 from .source_records import merge_records, remap_tasks
 
@@ -55,24 +58,26 @@ class StoreMerging:
     called on, ``cls.create_from_path`` / ``cls(path)``)."""
 
     @classmethod
-    def merge(cls, sources: list[Any], dst: str | os.PathLike, *, overwrite: bool = False):
+    def merge(cls, sources: list[Any], dst: str | os.PathLike, *, overwrite: bool = False, progress: bool = False):
         """Write the episodes of ``sources`` (store paths or buffers), in order, to a new zarr store
         at ``dst`` (built beside it, swapped in once complete) and open it read-only.  The sources
         must agree on keys, dtypes and step shapes; per-episode meta arrays they all hold are
-        concatenated (see :mod:`replaybuf_core.store.merging`).
+        concatenated (see :mod:`replaybuf_core.store.merging`).  ``progress``: a tqdm bar over the
+        data's bytes (:mod:`~replaybuf_core.store.progress`).
 
         Raises:
             ValueError: no source, sources that differ (naming the source, key and what differs),
                 ``dst`` among the sources.  FileExistsError: ``dst`` exists without ``overwrite``.
         """
-        cls.merge_stores(sources, dst, overwrite=overwrite)
+        cls.merge_stores(sources, dst, overwrite=overwrite, progress=progress)
         return cls.create_from_path(dst)
 
     @classmethod
     def merge_stores(cls, sources: Sequence[Any], dst: str | os.PathLike, *,
-                     overwrite: bool = False) -> dict[str, Any]:
+                     overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
         """Write the episodes of ``sources`` (paths or ReplayBuffers), in order, to a new zarr store at
-        ``dst``.  Returns ``{"n_episodes", "n_steps", "meta_merged", "meta_left_out"}``.
+        ``dst``.  Returns ``{"n_episodes", "n_steps", "meta_merged", "meta_left_out"}``.  ``progress``:
+        a tqdm bar on stderr over the data's bytes (the decoded rows of every source).
 
         Raises:
             ValueError: fewer than one source, sources that disagree (see :func:`check_compatible`),
@@ -114,8 +119,12 @@ class StoreMerging:
             merged = sorted(m for m in common if len({meta_layout(b, m) for b in buffers}) == 1)
             left_out = sorted(set.union(*metas) - set(merged))
             records, lookups, notes = merge_records(buffers)  # refuses other fps before anything is written
-            with build_beside(dst_text) as beside:
-                buffers[0].save_to_path(beside.path)
+            per_step = sum(row_bytes((0, *shape), dtype) for dtype, shape in _layout(buffers[0]).values())
+            with build_beside(dst_text) as beside, \
+                    progress_bar("merging", per_step * sum(b.n_steps for b in buffers), progress) as bar:
+                # source 0 with its layout, into the new build itself (not beside it)
+                buffers[0]._copy_to_path(os.fspath(beside.path), "zarr", if_exists="raise", progress=bar.update,
+                                         record_version=False)  # the merge is one version (below), not two
                 with cls(os.fspath(beside.path)) as out:
                     for m in left_out:
                         if out.store.has_array("meta", m):
@@ -125,12 +134,15 @@ class StoreMerging:
                     with out.writer() as w:
                         for b, lookup in zip(buffers[1:], lookups[1:]):
                             for e in range(b.n_episodes):
-                                w.add_episode(remap_tasks(b.get_episode(e, copy=True, dtypes="stored"), lookup))
+                                episode = b.get_episode(e, copy=True, dtypes="stored")
+                                w.add_episode(remap_tasks(episode, lookup))
+                                bar.update(per_step * len(next(iter(episode.values()))))
                     for m in merged:
                         rows = np.concatenate([np.asarray(b.store.read("meta", m, 0, b.n_episodes)) for b in buffers])
                         out.store.resize("meta", m, rows.shape[0])
                         out.store.write("meta", m, 0, rows)
                     n_episodes, n_steps = out.n_episodes, out.n_steps
+                    out._note_appends(f"merge of {len(buffers)} stores: {n_episodes} episodes, {n_steps} steps")
             return {"n_episodes": n_episodes, "n_steps": n_steps, "meta_merged": merged, "meta_left_out": left_out,
                     "notes": notes}
         finally:

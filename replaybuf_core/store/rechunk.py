@@ -12,6 +12,7 @@ import numpy as np
 
 from replaybuf_core import registry
 from replaybuf_core.errors import CapabilityError
+from replaybuf_core.interrupts import deferred_sigint
 from replaybuf_core.layout.chunks import check_chunks_compatible
 from replaybuf_core.layout.compressors import resolve_compressor as _resolve_compressor
 from replaybuf_core.layout.keys import temp_names
@@ -202,9 +203,10 @@ def rechunk_array(store: StorageBackend, group: str, name: str, *, chunks: tuple
             logger.warning("could not remove %s/%s after a failed rechunk (the next writable open removes it): %s",
                            group, tmp_key, exc)
         raise
-    store.rename_array(group, name, backup)
-    store.rename_array(group, tmp_key, name)
-    store.delete_array(group, backup)
+    with deferred_sigint():  # a Ctrl-C is taken once the new array is in place (recovery would finish it)
+        store.rename_array(group, name, backup)
+        store.rename_array(group, tmp_key, name)
+        store.delete_array(group, backup)
 
 
 def rechunk_recompress_array(

@@ -14,14 +14,13 @@ array's.  In-memory backends (numpy) keep handing out their ``np.ndarray`` itsel
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from ..layout.frames import is_frames
 from .buffer_dtypes import check_dtypes
 
-if TYPE_CHECKING:
-    from .buffer import ReplayBuffer
 
 __all__ = ["StepArray"]
 
@@ -47,7 +46,7 @@ class StepArray:
 
     __slots__ = ("_rb", "_key", "_dtypes", "_dtype")
 
-    def __init__(self, buffer: ReplayBuffer, key: str, dtypes: str = "source"):
+    def __init__(self, buffer: Any, key: str, dtypes: str = "source"):
         self._rb = buffer
         self._key = key
         self._dtypes = dtypes if dtypes == "source" else check_dtypes(dtypes)
@@ -93,7 +92,15 @@ class StepArray:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
-        return getattr(self.native, attr)
+        native = self.native
+        try:
+            return getattr(native, attr)
+        except AttributeError:
+            raise AttributeError(
+                f"rb[{self._key!r}] (a StepArray: the key is read lazily, through the chunk reader) has no attribute "
+                f"{attr!r}, nor has its native {type(native).__name__}; np.asarray(rb[{self._key!r}]) reads it whole "
+                f"as an np.ndarray, and after rb.warm([{self._key!r}]) rb[{self._key!r}] on a read-only buffer is "
+                f"one") from None
 
     def __repr__(self) -> str:
         return f"StepArray({self._key!r}, shape={self.shape}, dtype={self.dtype})"
@@ -110,8 +117,6 @@ class StepArray:
     def __getitem__(self, index: Any) -> Any:
         pinned = getattr(self._rb._store, "pinned", None)
         memory = pinned("data", self._key) if pinned is not None else None
-        if memory is None and _auto_pin(self._rb, self._key):
-            memory = self._pinned()
         if memory is not None:
             if self._dtypes == "source":
                 ready = _source_copy(self._rb, self._key, memory)
@@ -182,40 +187,56 @@ class StepArray:
             self._rb._store.write("data", self._key, a, block)
 
 
-#: a small key read through ``rb[key]`` this many times on a read-only buffer is loaded into memory
-AUTO_PIN_READS = 16
-#: ... when its decoded size is at most this many bytes ...
+#: a small numeric key handed out by ``rb[key]`` on a read-only buffer is loaded into memory when its
+#: decoded size is at most this many bytes ...
 AUTO_PIN_KEY_BYTES = 16 << 20
 #: ... and the keys loaded so hold at most this many bytes in all (per buffer)
 AUTO_PIN_TOTAL_BYTES = 128 << 20
 
 
 def _auto_pin(rb: Any, key: str) -> bool:
-    """Per-item code (diffusion_policy's sampler: ``rb[key][a:b]`` per key per item) pays the chunk
-    reader's fixed cost on every slice; for a small key — states, actions: kilobytes to megabytes —
-    that is most of an item's time.  So on a read-only buffer whose backend can ``pin``, the
-    :data:`AUTO_PIN_READS`-th slice of a key of at most :data:`AUTO_PIN_KEY_BYTES` decoded bytes
-    loads it into memory (as :meth:`~replaybuf_core.ReplayBuffer.warm` does), within a budget of
-    :data:`AUTO_PIN_TOTAL_BYTES` per buffer.  Camera keys stay with the chunk reader and its cache.
-    Read-only only: a writable buffer's writes would drop the copy again.  True when it pinned."""
+    """Load the small numeric key ``key`` of a read-only buffer into memory (as
+    :meth:`~replaybuf_core.ReplayBuffer.warm` does).  Per-item code (diffusion_policy's sampler:
+    ``rb[key][a:b]`` per key per item) would pay the chunk reader's fixed cost on every slice, and
+    diffusion_policy's normaliser takes ``rb[key]`` whole and needs an ``np.ndarray``; for a key of
+    states or actions — kilobytes to megabytes — memory is what diffusion_policy's own
+    ``copy_from_path`` buffer holds too.  Only keys of at most :data:`AUTO_PIN_KEY_BYTES` decoded
+    bytes, within a budget of :data:`AUTO_PIN_TOTAL_BYTES` per buffer, on a backend that can ``pin``;
+    camera frames (:func:`~replaybuf_core.layout.frames.is_frames`) stay with the chunk reader and its
+    cache, whatever their size (a damaged chunk then fails only the reads that touch it).  Read-only only: a writable buffer's writes
+    would drop the copy again.  True when it pinned."""
     store = rb._store
     pin = getattr(store, "pin", None)
-    if pin is None or not store.read_only:
-        return False
-    n = rb._step_reads[key] = rb._step_reads.get(key, 0) + 1
-    if n != AUTO_PIN_READS:
+    if pin is None or not store.read_only or key in rb._auto_pin_refused:
         return False
     shape = tuple(store.shape("data", key))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(store.dtype("data", key)).itemsize
+    dtype = np.dtype(store.dtype("data", key))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     used = rb._auto_pinned_bytes
-    if np.dtype(store.dtype("data", key)).kind not in "biuf" or nbytes > AUTO_PIN_KEY_BYTES \
+    if dtype.kind not in "biuf" or is_frames(shape, dtype) or nbytes > AUTO_PIN_KEY_BYTES \
             or used + nbytes > AUTO_PIN_TOTAL_BYTES:
+        rb._auto_pin_refused.add(key)  # asked once: the answer does not change for a read-only buffer
         return False
     with rb._mutex:
         if not pin("data", key):
             return False
     rb._auto_pinned_bytes = used + nbytes
     return True
+
+
+def in_memory(rb: Any, key: str) -> np.ndarray | None:
+    """Data key ``key`` of the read-only buffer ``rb`` as a read-only in-memory ``np.ndarray`` in the
+    dtype reads give (the source's), when it is in memory — warmed, or small enough to load now
+    (:func:`_auto_pin`) — else None (the caller hands out a :class:`StepArray`)."""
+    pinned = getattr(rb._store, "pinned", None)
+    if pinned is None:
+        return None
+    memory = pinned("data", key)
+    if memory is None and _auto_pin(rb, key):
+        memory = pinned("data", key)
+    if memory is None:
+        return None
+    return _source_copy(rb, key, memory)
 
 
 #: bytes of source-dtype copies of warmed keys a buffer holds at most (:func:`_source_copy`)

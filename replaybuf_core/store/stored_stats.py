@@ -155,6 +155,10 @@ def _save(buffer: Any, summaries: dict[str, KeySummary], ends: np.ndarray, appen
                 have = int(store.shape("meta", name)[0])
                 if have < a.shape[0]:
                     store.resize("meta", name, max(a.shape[0], 2 * have))
+                elif have > a.shape[0] and start == 0 and name.endswith(".moments"):
+                    # fewer episodes after an edit: the deleted episodes' rows go (not kept as unused
+                    # rows past those in use); the other arrays are rewritten whole and keep their room
+                    store.resize("meta", name, a.shape[0])
             if a.shape[0] > start:
                 store.write("meta", name, start, a[start:])
         rec["keys"][key] = _entry(key, s, ends, read_generation(store))

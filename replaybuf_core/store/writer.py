@@ -19,16 +19,13 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import wait
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from replaybuf_core.interrupts import deferred_sigint
 from replaybuf_core.protocol import CAP_CHUNKS, CAP_SHARDS
 
-from .interrupts import deferred_sigint
-
-if TYPE_CHECKING:
-    from .buffer import ReplayBuffer
 
 
 class EpisodeWriter:
@@ -70,7 +67,7 @@ class EpisodeWriter:
     uncommitted rows are dropped when the ``with`` block is left.
     """
 
-    def __init__(self, buffer: ReplayBuffer, chunks: Mapping | None = None, compressors: Mapping | None = None,
+    def __init__(self, buffer: Any, chunks: Mapping | None = None, compressors: Mapping | None = None,
                  max_staged_bytes: int = 256 * 2**20, commit_interval: float = 1.0, frames: Any = None,
                  frames_per_shard: int | None = None):
         buffer._require_writable()  # also refuses a second writer on the same buffer

@@ -31,46 +31,36 @@ when re-opening from storage needs more than ``ReplayBuffer(buffer.root)`` (e.g.
 again), and set the harness flags (``supports_strings``, ``supports_read_only``...) for what the
 backend cannot do.
 
-Importing this package imports ``pytest`` and ``hypothesis`` (test-only dependencies);
-``replaybuf_core`` itself never imports it.
+The conformance classes and the state machine need ``pytest`` and ``hypothesis`` (test-only
+dependencies): they load on first use (PEP 562), so the pytest-free helpers — ``make_episode``,
+``tree_digest``, :mod:`.files`, :mod:`.crash`, :mod:`.lerobot_writer`, :mod:`.diffusion_policy_client`
+(what the benchmarks use) — import without them.  ``replaybuf_core`` itself never imports this package.
 """
 
-from .conformance import (
-    BufferConformance,
-    ConstructorConformance,
-    EpisodeConformance,
-    MetaConformance,
-    PropertiesConformance,
-)
-from .data import assert_buffer_equal, assert_episode_equal, make_episode, snapshot, tree_digest
-from .durability_conformance import CrashConformance, StatefulConformance
-from .edit_conformance import EditConformance, StatsConformance
-from .harness import BackendHarness
-from .layout_conformance import ChunkCodecConformance, CopyConformance, StorageProtocolConformance
-from .refusal_conformance import ReadOnlyConformance, ValidateBeforeMutateConformance
-from .stateful import make_state_machine, run_state_machine
+_PUBLIC = {
+    ".conformance": ["BufferConformance", "ConstructorConformance", "EpisodeConformance", "MetaConformance",
+                     "PropertiesConformance"],
+    ".data": ["assert_buffer_equal", "assert_episode_equal", "make_episode", "snapshot", "tree_digest"],
+    ".durability_conformance": ["CrashConformance", "StatefulConformance"],
+    ".edit_conformance": ["EditConformance", "StatsConformance"],
+    ".harness": ["BackendHarness"],
+    ".layout_conformance": ["ChunkCodecConformance", "CopyConformance", "StorageProtocolConformance"],
+    ".refusal_conformance": ["ReadOnlyConformance", "ValidateBeforeMutateConformance"],
+    ".stateful": ["make_state_machine", "run_state_machine"],
+}
+_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
 
-__all__ = [
-    "CrashConformance",
-    "BackendHarness",
-    "BufferConformance",
-    "EditConformance",
-    "StatsConformance",
-    "ConstructorConformance",
-    "PropertiesConformance",
-    "MetaConformance",
-    "EpisodeConformance",
-    "ValidateBeforeMutateConformance",
-    "ReadOnlyConformance",
-    "ChunkCodecConformance",
-    "CopyConformance",
-    "StorageProtocolConformance",
-    "StatefulConformance",
-    "make_state_machine",
-    "run_state_machine",
-    "make_episode",
-    "snapshot",
-    "tree_digest",
-    "assert_buffer_equal",
-    "assert_episode_equal",
-]
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = globals()[name] = getattr(import_module(_MODULE_OF[name], __name__), name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

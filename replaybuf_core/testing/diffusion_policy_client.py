@@ -1,11 +1,12 @@
 """diffusion_policy's dataset code as its users run it, written from its public algorithm
 (real-stanford/diffusion_policy: ``common/sampler.py`` ``create_indices`` and
-``SequenceSampler.sample_sequence``, ``dataset/pusht_image_dataset.py`` ``_sample_to_data``), for
+``SequenceSampler.sample_sequence``, ``dataset/pusht_image_dataset.py`` ``_sample_to_data`` and
+``get_normalizer``, ``model/common/normalizer.py`` ``_fit``), for
 tests and benchmarks that check our ``ReplayBuffer`` drops in where its own did.
 
 It touches the buffer only as that code does: ``replay_buffer.episode_ends[:]``,
-``replay_buffer[key]`` sliced ``[a:b]`` once per key per item, ``.shape`` and ``.dtype``.  Nothing
-here knows about replaybuf.
+``replay_buffer[key]`` sliced ``[a:b]`` once per key per item, ``.shape`` and ``.dtype``, and
+``replay_buffer[key]`` handed whole to the normaliser.  Nothing here knows about replaybuf.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["create_indices", "ClientSequenceSampler", "InMemoryBuffer", "pusht_sample_to_data"]
+__all__ = ["create_indices", "ClientSequenceSampler", "InMemoryBuffer", "pusht_sample_to_data",
+           "pusht_normalizer_data", "linear_normalizer_fit"]
 
 
 def create_indices(episode_ends: np.ndarray, sequence_length: int, episode_mask: np.ndarray,
@@ -85,6 +87,39 @@ def pusht_sample_to_data(sample: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"obs": {"image": np.moveaxis(sample["img"], -1, 1) / 255,
                     "agent_pos": sample["state"][:, :2].astype(np.float32)},
             "action": sample["action"].astype(np.float32)}
+
+
+def pusht_normalizer_data(replay_buffer: Any) -> dict[str, Any]:
+    """What ``PushTImageDataset.get_normalizer`` hands ``LinearNormalizer.fit``: the buffer's
+    ``action`` whole and the first two components of ``state``."""
+    return {"action": replay_buffer["action"], "agent_pos": replay_buffer["state"][..., :2]}
+
+
+def linear_normalizer_fit(data: Any, last_n_dims: int = 1, output_max: float = 1.0, output_min: float = -1.0,
+                          range_eps: float = 1e-4) -> tuple[Any, Any]:
+    """``(scale, offset)`` float32 torch tensors of diffusion_policy's ``_fit`` in ``limits`` mode with
+    ``fit_offset`` (its default), on ``data`` as it takes it: a ``zarr.Array`` is read whole, an
+    ``np.ndarray`` goes through ``torch.from_numpy``, and anything else must already be a torch tensor
+    (it calls ``data.type(torch.float32)``: an AttributeError on anything else).  Needs torch."""
+    import torch
+    import zarr
+
+    if isinstance(data, zarr.Array):
+        data = data[:]
+    if isinstance(data, np.ndarray):
+        data = torch.from_numpy(data)
+    data = data.type(torch.float32)
+    dim = int(np.prod(data.shape[-last_n_dims:])) if last_n_dims > 0 else 1
+    data = data.reshape(-1, dim)
+    input_min, _ = data.min(axis=0)
+    input_max, _ = data.max(axis=0)
+    input_range = input_max - input_min
+    ignore_dim = input_range < range_eps
+    input_range[ignore_dim] = output_max - output_min
+    scale = (output_max - output_min) / input_range
+    offset = output_min - scale * input_min
+    offset[ignore_dim] = (output_max + output_min) / 2 - input_min[ignore_dim]
+    return scale, offset
 
 
 class InMemoryBuffer:

@@ -22,8 +22,10 @@ import numpy as np
 class Camera:
     """One camera: ``height`` × ``width``; ``codec`` (PyAV encoder name: libx264, mpeg4, libsvtav1...),
     ``bframes`` (libx264: B-frames), ``gop`` (keyframe interval); ``depth``: 12-bit gray (ffv1);
-    ``pix_fmt`` of a colour camera (``yuv420p10le``: 10-bit video); ``options``: more encoder options
-    (e.g. libsvtav1's ``{"svtav1-params": "irefresh-type=1"}``: open GOPs)."""
+    ``pix_fmt`` of a colour camera (``yuv420p10le``: 10-bit video; with ``libx265``: 10-bit HEVC);
+    ``options``: more encoder options (e.g. libsvtav1's ``{"svtav1-params": "irefresh-type=1"}``: open
+    GOPs); ``rotation``: degrees (counter-clockwise) the files' display matrix asks players to rotate
+    the frames by (PyAV's ``VideoStream.set_display_rotation``; 0: no display matrix)."""
 
     height: int
     width: int
@@ -33,6 +35,7 @@ class Camera:
     depth: bool = False
     pix_fmt: str = "yuv420p"
     options: dict[str, str] = field(default_factory=dict)
+    rotation: int = 0
 
 
 @dataclass
@@ -79,9 +82,13 @@ def _encode(path: Path, frames: list[np.ndarray], fps: int, cam: Camera) -> None
             if cam.codec == "libx264":
                 s.options = {"x264-params": f"keyint={cam.gop}:min-keyint={cam.gop}:bframes={cam.bframes}",
                              "preset": "ultrafast" if not cam.bframes else "fast"}
+            elif cam.codec == "libx265":
+                s.options = {"g": str(cam.gop), "x265-params": "log-level=error", **cam.options}
             else:
                 s.options = {"g": str(cam.gop), **cam.options}
         s.width, s.height = cam.width, cam.height
+        if cam.rotation:
+            s.set_display_rotation(cam.rotation)
         for i, a in enumerate(frames):
             f = av.VideoFrame.from_ndarray(a, format="gray12le" if cam.depth else "rgb24")
             f.pts, f.time_base = i, Fraction(1, fps)

@@ -11,11 +11,13 @@ of a copy.
 from __future__ import annotations
 
 from collections.abc import Sequence as SequenceABC
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.utils.data
+
+from .images import convert_images
 
 __all__ = ["Batch", "collate", "to_torch", "convert_images", "pack_shared"]
 
@@ -39,92 +41,6 @@ def to_torch(sample: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
-
-
-def convert_images(batch: dict[str, np.ndarray], keys: Iterable[str], channels_first: bool,
-                   to_float: bool, shared: bool = False) -> None:
-    """Convert image arrays of ``batch`` in place (the dict's values are replaced), once per batch.
-
-    Each ``batch[key]`` is uint8 (..., H, W, C).  ``channels_first`` gives (..., C, H, W) (a new
-    C-contiguous array); ``to_float`` gives float32 in [0, 1], ``x / 255`` computed in float32 (the
-    value ``torch``'s ``x.float() / 255`` gives, LeRobot's conversion).  Done in NumPy — it does not
-    wake torch's intra-op thread pool inside a loader — on one slab of the batch per core for large
-    batches (NumPy's ufuncs release the GIL; a 64-window batch of two 640×480 frames is ~236 MB of
-    float32, bound by one thread otherwise).
-
-    ``shared=True`` (DataLoader workers): each converted array is written straight into a new
-    shared-memory ``torch.Tensor``, which replaces the value — the batch then crosses to the main
-    process without another copy of its largest part (:func:`pack_shared` leaves shared tensors be).
-
-    Raises:
-        ValueError: a key whose array is not uint8 with at least 3 dimensions (the message names it).
-    """
-    for key in keys:
-        x = batch[key]
-        if x.dtype != np.uint8 or x.ndim < 3:
-            raise ValueError(f"image key {key!r} must be uint8 (..., H, W, C), got {x.dtype} {x.shape}")
-        if channels_first:
-            x = np.moveaxis(x, -1, -3)
-        if not (to_float or channels_first):
-            continue
-        value, out = _empty(x.shape, np.float32 if to_float else np.uint8, shared)
-        if to_float:
-            _divide(x, out)
-        else:
-            np.copyto(out, x)
-        batch[key] = value
-
-
-def _empty(shape: tuple[int, ...], dtype: Any, shared: bool) -> tuple[Any, np.ndarray]:
-    """(the value to store, a NumPy view to write it through): a NumPy array, or a shared-memory
-    tensor and its view."""
-    if not shared:
-        out = np.empty(shape, dtype=dtype)
-        return out, out
-    t = torch.empty(shape, dtype=torch.float32 if dtype == np.float32 else torch.uint8).share_memory_()
-    return t, t.numpy()
-
-
-#: arrays of at least this many values are converted on several threads
-PARALLEL_VALUES = 1 << 22
-_POOL: tuple[int, Any] | None = None
-
-
-def _pool() -> Any:
-    """This process's conversion threads (a new pool after a fork: threads do not survive it)."""
-    global _POOL
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    if _POOL is None or _POOL[0] != os.getpid():
-        _POOL = (os.getpid(), ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="replaybuf-float"))
-    return _POOL[1]
-
-
-def _divide(x: np.ndarray, out: np.ndarray) -> None:
-    """``out[...] = x / 255`` in float32, in slabs along axis 0 on the conversion threads when large."""
-    import os
-
-    n = min(os.cpu_count() or 1, len(x)) if x.ndim else 1
-    if x.size < PARALLEL_VALUES or n < 2:
-        _divide_frames(x, out)
-        return
-    bounds = np.linspace(0, len(x), n + 1).astype(int)
-    futures = [_pool().submit(_divide_frames, x[a:b], out[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-    for f in futures:
-        f.result()
-
-
-def _divide_frames(x: np.ndarray, out: np.ndarray) -> None:
-    """``out[...] = x / 255`` frame by frame; a strided frame (a channels-first view) is first
-    copied to a contiguous uint8 frame — a quarter of the bytes, and the division then runs on
-    contiguous memory (measured: ~10-20 % less time than dividing the strided view)."""
-    if x.flags.c_contiguous or x.ndim < 3:
-        np.divide(x, np.float32(255), out=out, casting="unsafe")
-        return
-    frames, outs = x.reshape((-1,) + x.shape[-3:]), out.reshape((-1,) + out.shape[-3:])
-    for f, o in zip(frames, outs):
-        np.divide(np.ascontiguousarray(f), np.float32(255), out=o, casting="unsafe")
 
 
 _ALIGN = 64

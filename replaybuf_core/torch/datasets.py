@@ -17,6 +17,7 @@ from replaybuf_core.layout.frames import frame_keys
 from replaybuf_core.sampling.sampler import SequenceSampler
 from replaybuf_core.sampling.window_sampler import WindowSampler
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
+from replaybuf_core.torch.images import warm_kernels
 from replaybuf_core.torch.opening import LazyStore
 
 __all__ = ["SequenceDataset", "WindowDataset"]
@@ -31,11 +32,13 @@ class _BatchedDataset(LazyStore, torch.utils.data.Dataset):
     """Shared item / batch access with the image conversion done once per batch."""
 
     def __init__(self, path_or_factory, image_keys: Sequence[str] | None, channels_first: bool,
-                 float_images: bool):
-        super().__init__(path_or_factory)
+                 float_images: bool, version: Any = None):
+        super().__init__(path_or_factory, version)
         self.image_keys = None if image_keys is None else list(image_keys)
         self.channels_first = bool(channels_first)
         self.float_images = bool(float_images)
+        if self.float_images:
+            warm_kernels()  # off the first batch's path
 
     def _images(self) -> list[str]:
         if not (self.channels_first or self.float_images):
@@ -46,7 +49,8 @@ class _BatchedDataset(LazyStore, torch.utils.data.Dataset):
         return self.image_keys
 
     def _finish(self, arrays: dict[str, np.ndarray], shared: bool = False) -> dict[str, Any]:
-        convert_images(arrays, self._images(), self.channels_first, self.float_images, shared=shared)
+        convert_images(arrays, self._images(), self.channels_first, self.float_images, shared=shared,
+                       arena=getattr(self.sampler, "arena", None))
         return to_torch(arrays)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
@@ -81,6 +85,8 @@ class SequenceDataset(_BatchedDataset):
             (H, W, C) keys.
         channels_first: images as (..., C, H, W).
         float_images: images as float32 in [0, 1] (``x / 255``).
+        version: a version of the store to read (a tag, an id, -N), pinned to its id at construction;
+            ``dataset.version`` is its record (:class:`~replaybuf_core.torch.opening.LazyStore`).
         **sampler_kwargs: passed to :class:`SequenceSampler` (``pad_before``, ``pad_after``,
             ``keys``, ``key_first_k``, ``episode_mask``, ``skip_initial``, ``pad_mode``, ``dtypes``
             — here ``"stored"`` unless given).
@@ -92,8 +98,8 @@ class SequenceDataset(_BatchedDataset):
 
     def __init__(self, path_or_factory: str | os.PathLike | Callable[[], Any], sequence_length: int, *,
                  image_keys: Sequence[str] | None = None, channels_first: bool = False,
-                 float_images: bool = False, **sampler_kwargs: Any):
-        super().__init__(path_or_factory, image_keys, channels_first, float_images)
+                 float_images: bool = False, version: Any = None, **sampler_kwargs: Any):
+        super().__init__(path_or_factory, image_keys, channels_first, float_images, version)
         self.sequence_length = sequence_length
         self.sampler_kwargs = dict(sampler_kwargs)
 
@@ -116,7 +122,7 @@ class WindowDataset(_BatchedDataset):
     Args:
         path_or_factory: as for :class:`SequenceDataset`.
         delta_steps: ``{key: [int offset, ...]}`` (or pass ``delta_timestamps=`` in seconds).
-        image_keys, channels_first, float_images: as for :class:`SequenceDataset`.
+        image_keys, channels_first, float_images, version: as for :class:`SequenceDataset`.
         **window_kwargs: passed to :class:`WindowSampler` (``delta_timestamps``, ``fps``,
             ``tolerance_s``, ``keys``, ``pad_before``, ``pad_after``, ``pad_mode``, ``episode_mask``,
             ``dtypes`` — here ``"stored"`` unless given: frames as uint8, as for :class:`SequenceDataset`).
@@ -128,8 +134,8 @@ class WindowDataset(_BatchedDataset):
 
     def __init__(self, path_or_factory: str | os.PathLike | Callable[[], Any], delta_steps=None, *,
                  image_keys: Sequence[str] | None = None, channels_first: bool = False,
-                 float_images: bool = False, **window_kwargs: Any):
-        super().__init__(path_or_factory, image_keys, channels_first, float_images)
+                 float_images: bool = False, version: Any = None, **window_kwargs: Any):
+        super().__init__(path_or_factory, image_keys, channels_first, float_images, version)
         self.delta_steps = delta_steps
         self.window_kwargs = dict(window_kwargs)
 

@@ -90,6 +90,8 @@ class LeRobotDataset(_BatchedDataset):
             options, accepted so LeRobot training scripts run unchanged, and unused (the store is
             local and holds decoded frames).
         fps: the store's frame rate when it has no ``fps`` attribute (ValueError when it has another).
+        resize, crop: camera frames at reduced resolution, made smaller where it is cheapest (not a
+            LeRobot argument: :class:`~replaybuf_core.sampling.WindowSampler`'s ``resize``/``crop``).
 
     Raises:
         TypeError: neither ``repo_id`` nor ``root``.
@@ -102,12 +104,14 @@ class LeRobotDataset(_BatchedDataset):
                  episodes: Sequence[int] | None = None, image_transforms: Callable | None = None,
                  delta_timestamps: dict[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  revision: str | None = None, force_cache_sync: bool = False, download_videos: bool = True,
-                 video_backend: str | None = None, return_uint8: bool = False, *, fps: float | None = None):
+                 video_backend: str | None = None, return_uint8: bool = False, *, fps: float | None = None,
+                 resize: Any = None, crop: Any = None):
         path = root if root is not None else repo_id
         if path is None:
             raise TypeError("LeRobotDataset needs the store's path: repo_id=PATH or root=PATH")
         super().__init__(path, image_keys=None, channels_first=True, float_images=not return_uint8)
         self.return_uint8 = bool(return_uint8)
+        self.resize, self.crop = resize, crop
         self.repo_id = str(repo_id if repo_id is not None else root)
         self.root = os.fspath(path)
         self.image_transforms = image_transforms
@@ -149,13 +153,19 @@ class LeRobotDataset(_BatchedDataset):
             self.image_keys = [k for k in self.meta.camera_keys if k in buffer] or image_keys_of(buffer, buffer.keys())
             sampler = self._build(buffer, None)
             self._len, self._window_index = len(sampler), sampler.window_index
+            for key, fr in sampler.resize.items():  # features give the shapes samples have (C, H, W)
+                feature = self.meta.features.get(key)
+                if feature is not None and len(feature.get("shape", ())) == 3:
+                    shape = tuple(feature["shape"])
+                    chw = shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4)
+                    feature["shape"] = (shape[0], fr.height, fr.width) if chw else (fr.height, fr.width, shape[2])
         finally:
             buffer.close()
 
     def _build(self, buffer: Any, window_index: Any) -> WindowSampler:
         keys = [k for k in self.meta.features if k in buffer]  # info.json's order, as LeRobot's samples
-        return WindowSampler(buffer, self.delta_indices or {}, keys=keys,
-                             episode_mask=self._episode_mask, window_index=window_index, dtypes="stored")
+        return WindowSampler(buffer, self.delta_indices or {}, keys=keys, episode_mask=self._episode_mask,
+                             window_index=window_index, dtypes="stored", resize=self.resize, crop=self.crop)
 
     def _compute_stats(self) -> dict:
         return self.sampler.buffer.get_stats()
@@ -279,7 +289,9 @@ class LeRobotDataset(_BatchedDataset):
             ts = np.asarray(arrays["timestamp"], dtype=np.float64)
             origin = self._first_timestamps[where["episode_index"]]
             arrays["timestamp"] = (ts - origin.reshape(origin.shape + (1,) * (ts.ndim - 1))).astype(np.float32)
-        convert_images(arrays, self.image_keys, channels_first=True, to_float=not self.return_uint8)
+        convert_images(arrays, self.image_keys, channels_first=True, to_float=not self.return_uint8,
+                       shared=torch.utils.data.get_worker_info() is not None,  # a worker's batch: shared memory
+                       arena=getattr(sampler, "arena", None))
         if "task_index" in arrays and self.meta.total_tasks:
             task_index = arrays["task_index"]
             if task_index.ndim > 1:  # stacked by delta_timestamps: the task is the anchor frame's

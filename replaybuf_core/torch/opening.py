@@ -25,12 +25,17 @@ class LazyStore:
     Args:
         path_or_factory: path of a store, opened read-only with ``ReplayBuffer.create_from_path``,
             or a picklable callable with no arguments returning a buffer.
+        version: read this version of the store at the path (a tag, an id, -N: see
+            :mod:`replaybuf_core.store.versions`), resolved to its id here, once, so that every worker
+            reads the same version even if the tag moves; :attr:`version` is its record (id, time,
+            message), for a training run to log.  None: the current content.
 
     Raises:
-        TypeError: ``path_or_factory`` neither a path nor a callable.
+        TypeError: ``path_or_factory`` neither a path nor a callable; ``version`` with a callable.
+        VersionNotFoundError (a KeyError): no such version.
     """
 
-    def __init__(self, path_or_factory: str | os.PathLike | Callable[[], Any]):
+    def __init__(self, path_or_factory: str | os.PathLike | Callable[[], Any], version: Any = None):
         if isinstance(path_or_factory, (str, os.PathLike)):
             self._path: str | None = os.fspath(path_or_factory)
             self._factory: Callable[[], Any] | None = None
@@ -41,6 +46,13 @@ class LazyStore:
                 "path_or_factory must be a path or a callable returning a ReplayBuffer, "
                 f"got {type(path_or_factory).__name__}"
             )
+        #: the record of the version read (``version=``), else None
+        self.version: dict | None = None
+        if version is not None:
+            if self._path is None:
+                raise TypeError("version= needs the store's path, not an opener: open the version in the opener")
+            with self._open_at(version) as rb:
+                self.version = rb.version
         self._len: int | None = None
         self._window_index: Any = None
         self._sampler: Any = None
@@ -49,9 +61,18 @@ class LazyStore:
     def _build(self, buffer: Any, window_index: Any) -> Any:
         raise NotImplementedError
 
+    def _open_at(self, version: Any) -> Any:
+        from replaybuf_core.locations import is_object_url
+        from replaybuf_core.store.buffer import ReplayBuffer
+
+        path = self._path if is_object_url(self._path) else os.path.expanduser(self._path)
+        return ReplayBuffer(path, version=version)
+
     def _open_buffer(self) -> Any:
         if self._factory is not None:
             return self._factory()
+        if self.version is not None:
+            return self._open_at(int(self.version["id"]))
         from replaybuf_core.store.buffer import ReplayBuffer
 
         return ReplayBuffer.create_from_path(self._path)

@@ -2,13 +2,15 @@
 (``static/``) and a JSON API it calls, answered by :class:`.state.Viewer`.  Every read goes through
 one read-only :class:`~replaybuf_core.store.buffer.ReplayBuffer` (any backend, ``s3://`` included)
 and its chunk reader; nothing loads a whole array.  Errors are JSON ``{"error": message}`` with a 4xx
-status (the page shows the message), never a traceback.
+status (the page shows the message), never a traceback; a store deleted or moved while shown answers
+410 naming the reason (never values the reads invent).  Every request must name this viewer in its
+``Host`` header (:mod:`.hosts`: a guard against DNS rebinding), else 403.
 
 Routes (all GET unless said):
     ``/``                                   the page (``#/`` list, ``#/episode/I``, ``#/stats``, ``#/info``)
     ``/episodes/I``                         a link to an episode: redirects to ``/#/episode/I`` (404 page if none)
-    ``/api/summary``                        store, keys, cameras, masks, edit generation, whether marking is on
-    ``/api/episodes?offset&limit&min_length&max_length&q&mask&marked``   one page of the list
+    ``/api/summary``                        store, keys, cameras, masks, edit generation, state, whether marking is on
+    ``/api/episodes?offset&limit&min_length&max_length&q&mask&marked``   one page of the list (and the state)
     ``/api/episodes/I``                     one episode: its list row, full per-episode meta, cameras
     ``/api/episodes/I/series``              its numeric keys (:func:`.series.episode_series`)
     ``/api/episodes/I/frames/KEY/STEP?format=png|jpeg``   one frame (step of the episode)
@@ -16,20 +18,25 @@ Routes (all GET unless said):
     ``/api/masks/NAME``                     the marked episodes of ``meta/mask.NAME``
     POST ``/api/masks/NAME``                save marks (``--writable`` only; ``Content-Type:
                                             application/json`` from this page's origin only): body
-                                            ``{"episodes": [...], "n_episodes": N, "generation": G}``
+                                            ``{"episodes": [...], "state": S}``, S the summary's
+                                            ``state`` when the page loaded (409 when the store's
+                                            episodes changed since: :func:`.marking.store_state`)
     ``/api/commands?name&episodes=3,17``    the ``replaybuf edit`` commands for marks
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
 from replaybuf_core.inspection.summary import buffer_info, jsonable
 
+from .catalog import MASK_PREFIX
 from .frames import FORMATS
+from .hosts import HostCheck, allowed_names
 from .series import episode_series
 from .state import HTTPProblem, Viewer
 
@@ -54,17 +61,17 @@ def _int_arg(params: Any, name: str, default: int | None = None) -> int | None:
 
 
 def _page(viewer: Viewer, q: Any) -> dict[str, Any]:
-    marked = q.get("marked")
+    marked, mask = q.get("marked"), q.get("mask") or None
+    if mask is not None and mask not in viewer.catalog.masks:  # here: a KeyError below is the store's
+        raise HTTPProblem(404, f"no mask {mask!r} (meta/{MASK_PREFIX}{mask}); masks: {viewer.catalog.masks}")
     try:
-        return viewer.catalog.page(
+        return {"state": viewer.state, **viewer.catalog.page(
             offset=_int_arg(q, "offset", 0), limit=_int_arg(q, "limit", 50),
             min_length=_int_arg(q, "min_length"), max_length=_int_arg(q, "max_length"),
-            text=q.get("q") or None, mask=q.get("mask") or None,
-            marked=None if marked in (None, "") else marked not in ("0", "false", "no"))
+            text=q.get("q") or None, mask=mask,
+            marked=None if marked in (None, "") else marked not in ("0", "false", "no"))}
     except ValueError as exc:
         raise HTTPProblem(400, str(exc)) from None
-    except KeyError as exc:
-        raise HTTPProblem(404, exc.args[0]) from None
 
 
 def _check_same_origin(request: Any) -> None:
@@ -79,20 +86,36 @@ def _check_same_origin(request: Any) -> None:
         raise HTTPProblem(403, f"saving marks is allowed from this viewer's page only, not from {origin}")
 
 
+def _reading(viewer: Viewer, fn: Callable[[], Any]) -> Any:
+    """``fn()``; when it fails, HTTPProblem 410 if the store is gone or 409 if it changed meanwhile
+    (:meth:`Viewer.explain_failure`), else its own error (a 500)."""
+    try:
+        return fn()
+    except HTTPProblem:
+        raise
+    except Exception:
+        viewer.explain_failure()
+        raise
+
+
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def create_app(path: Any, writable: bool = False, storage_options: dict | None = None) -> Any:
+def create_app(path: Any, writable: bool = False, storage_options: dict | None = None,
+               hosts: frozenset[str] | None = None) -> Any:
     """The Starlette application serving the store at ``path`` (opened read-only now: raises what
     :meth:`ReplayBuffer.create_from_path` raises — FileNotFoundError, CorruptStoreError).
     ``writable`` enables saving marks (each save takes the writer lock for its write only).
+    ``hosts``: the host names requests may carry besides IP addresses (:func:`.hosts.allowed_names`;
+    None: ``localhost`` only); any other ``Host`` header is refused with 403.
 
     Raises ImportError naming the ``viewer`` extra when Starlette is missing."""
     _import_starlette()
     import anyio
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
     from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
@@ -108,7 +131,7 @@ def create_app(path: Any, writable: bool = False, storage_options: dict | None =
             with viewer.lock:
                 if refresh:
                     viewer.refresh()
-                body = fn(request)
+                body = _reading(viewer, lambda: fn(request))
             return JSONResponse(body if plain else jsonable(body))
         return endpoint
 
@@ -129,11 +152,11 @@ def create_app(path: Any, writable: bool = False, storage_options: dict | None =
         p = request.path_params
         fmt = request.query_params.get("format", "png")
         with viewer.lock:
-            data = viewer.frame(viewer.episode(p["ep"]), p["key"], p["step"], fmt)
+            data = _reading(viewer, lambda: viewer.frame(p["ep"], p["key"], p["step"], fmt))
         return Response(data, media_type=FORMATS[fmt], headers={"Cache-Control": "no-cache"})
 
     def stats(request):  # outside the read lock: a first computation does not stall the list and player
-        return JSONResponse(viewer.stats())
+        return JSONResponse(_reading(viewer, viewer.stats))
 
     async def save(request):
         _check_same_origin(request)
@@ -144,7 +167,7 @@ def create_app(path: Any, writable: bool = False, storage_options: dict | None =
 
         def run():
             with viewer.lock:
-                return viewer.save(request.path_params["name"], body)
+                return _reading(viewer, lambda: viewer.save(request.path_params["name"], body))
         return JSONResponse(await anyio.to_thread.run_sync(run))
 
     def on_problem(request, exc: HTTPProblem):
@@ -166,16 +189,18 @@ def create_app(path: Any, writable: bool = False, storage_options: dict | None =
         Route("/api/episodes/{ep}", answer(lambda r: viewer.episode_detail(viewer.episode(r.path_params["ep"])),
                                            refresh=True)),
         Route("/api/episodes/{ep}/series",
-              answer(lambda r: episode_series(viewer.rb, viewer.episode(r.path_params["ep"])), plain=True)),
+              answer(lambda r: episode_series(viewer.rb, viewer.episode(r.path_params["ep"])),
+                     refresh=True, plain=True)),
         Route("/api/episodes/{ep}/frames/{key}/{step}", frame),
         Route("/api/stats", stats),
-        Route("/api/info", answer(lambda r: {**buffer_info(viewer.rb), "path": str(viewer.path)})),
-        Route("/api/masks/{name:path}", answer(lambda r: viewer.mask(r.path_params["name"])), methods=["GET"]),
+        Route("/api/info", answer(lambda r: {**buffer_info(viewer.rb), "path": str(viewer.path)}, refresh=True)),
+        Route("/api/masks/{name:path}", answer(lambda r: viewer.mask(r.path_params["name"]), refresh=True),
+              methods=["GET"]),
         Route("/api/masks/{name:path}", save, methods=["POST"]),
         Route("/api/commands", answer(lambda r: viewer.commands(r.query_params))),
         Mount("/static", StaticFiles(directory=str(static)), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPProblem: on_problem, HTTPException: on_http,
-                                                       Exception: on_error})
+    app = Starlette(routes=routes, middleware=[Middleware(HostCheck, names=hosts or allowed_names())],
+                    exception_handlers={HTTPProblem: on_problem, HTTPException: on_http, Exception: on_error})
     app.state.viewer = viewer
     return app

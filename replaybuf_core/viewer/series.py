@@ -19,11 +19,14 @@ MAX_COMPONENTS = 64
 
 def component_names(key_attrs: dict[str, Any] | None, n: int) -> list[str] | None:
     """Names of the ``n`` flattened components of a key from what its source said about it
-    (``{"names": [...]}`` or LeRobot's ``{"names": {"motors": [...]}}``); None when they are
-    missing or not exactly ``n`` strings."""
+    (``{"names": [...]}``, LeRobot's ``{"names": {"motors": [...]}}``, or LeRobot v2.1's nested
+    ``{"names": [[...]]}`` as the Unitree G1 data has it); None when they are missing or not exactly
+    ``n`` strings."""
     names = (key_attrs or {}).get("names")
     if isinstance(names, dict) and len(names) == 1:
         names = next(iter(names.values()))
+    if isinstance(names, (list, tuple)) and len(names) == 1 and isinstance(names[0], (list, tuple)):
+        names = names[0]
     if isinstance(names, (list, tuple)) and len(names) == n and all(isinstance(x, (str, int)) for x in names):
         return [str(x) for x in names]
     return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -227,6 +228,29 @@ class FrameCodec(ArrayBytesCodec):
             raise ValueError(f"{type(self).__name__}: the image has {got} channels but the chunk shape "
                              f"{chunk_shape} expects {channels}")
         return img.reshape(chunk_shape)
+
+    def decode_resized(self, data: bytes, chunk_shape: tuple[int, ...], rows: list[int], fr: Any) -> np.ndarray:
+        """The frames at ``rows`` (ascending places in the chunk) of one chunk, cropped and resized as
+        ``fr`` (a :class:`~replaybuf_core.layout.frame_resize.FrameResize`) says: uint8
+        ``(len(rows), fr.height, fr.width[, C])``.  Here: the whole chunk decoded, then each frame
+        resized (Pillow, bilinear); codecs that can decode smaller for less override it.
+
+        Raises ValueError like :meth:`decode_frame`."""
+        from replaybuf_core.layout.frame_resize import resize_frame
+
+        chunk = self.decode_frame(data, chunk_shape)
+        return np.stack([resize_frame(chunk[r], fr) for r in rows])
+
+    def splice_chunk(self, pieces: Sequence[tuple[bytes, int, int]], frames: int) -> bytes | None:
+        """The stored bytes of one chunk of ``frames`` frames made of ``pieces`` — ``(chunk bytes as
+        this codec stored them, lo, hi)``: frames ``[lo, hi)`` of that chunk, in order — without
+        decoding or encoding a frame (every frame stays bit for bit what it was), or None when this
+        codec cannot (the caller then decodes and encodes).  Here (one frame a chunk): a chunk
+        made of one whole stored chunk is those bytes; codecs holding several frames a chunk
+        override it (the video codec re-cuts its segments)."""
+        if self.frames_per_chunk == 1 and frames == 1 and len(pieces) == 1 and tuple(pieces[0][1:]) == (0, 1):
+            return bytes(pieces[0][0])
+        return None
 
     # zarr's codec contract: ``chunk_spec`` has ``shape`` and ``prototype`` (``.buffer.from_bytes``,
     # ``.nd_buffer.from_numpy_array``); buffers have ``as_numpy_array()``.  The ``_sync`` pair is what

@@ -18,6 +18,8 @@ import imagecodecs
 import numpy as np
 from zarr.registry import register_codec
 
+from replaybuf_core.layout import image_bytes
+
 from .frame_codec import FrameCodec, check_int
 
 __all__ = ["CODEC_NAME", "DEFAULT_QUALITY", "SUBSAMPLINGS", "JpegCodec"]
@@ -73,6 +75,45 @@ class JpegCodec(FrameCodec):
     def __init__(self, *, quality: int = DEFAULT_QUALITY, subsampling: str = "444") -> None:
         object.__setattr__(self, "quality", check_int("JpegCodec", "quality", quality, 1, 100))
         object.__setattr__(self, "subsampling", _parse_subsampling(subsampling))
+
+    def decode_resized(self, data: bytes, chunk_shape: tuple[int, ...], rows: list[int], fr: Any) -> np.ndarray:
+        """The frame cropped and resized as ``fr`` says, decoded at the smallest of libjpeg's DCT
+        scales (1, 1/2, 1/4, 1/8) that keeps the crop at least ``fr``'s size (Pillow's ``draft``), then
+        cut and resized bilinearly in one step (Pillow's ``resize`` with a box): a 640×480 frame read as
+        224×224 decodes at 320×240.  Raises ValueError for data that is not a JPEG of the chunk's size."""
+        import io
+
+        from PIL import Image
+
+        height, width = int(chunk_shape[1]), int(chunk_shape[2])
+        top, left, h, w = fr.region(height, width)
+        try:
+            img = Image.open(io.BytesIO(bytes(data)))
+            if img.size != (width, height):
+                raise ValueError(f"JpegCodec: the image is {img.size[1]}x{img.size[0]} px but the chunk shape "
+                                 f"{tuple(chunk_shape)} expects {height}x{width} px")
+            img.draft(img.mode, (-(-width * fr.width // w), -(-height * fr.height // h)))
+            sx, sy = img.size[0] / width, img.size[1] / height
+            out = np.asarray(img.resize((fr.width, fr.height), Image.BILINEAR,
+                                        box=(left * sx, top * sy, (left + w) * sx, (top + h) * sy)))
+        except (OSError, SyntaxError) as exc:  # Pillow's errors for damaged images
+            raise ValueError(f"JpegCodec: the chunk does not decode as a JPEG ({exc})") from None
+        if out.ndim == 2:
+            out = out[..., None] if len(chunk_shape) == 4 else out
+        return out[None].repeat(len(rows), axis=0) if len(rows) != 1 else out[None]
+
+    def encode_frame(self, chunk: np.ndarray) -> bytes:
+        """One chunk — uint8 ``(1, H, W[, C])`` — to a JPEG; or, when a pass-through import registered
+        a source's JPEG that decodes to exactly this frame (:mod:`replaybuf_core.layout.image_bytes`), to
+        those bytes, unchanged.  Raises TypeError (dtype) / ValueError (shape) like :meth:`validate`."""
+        if image_bytes.registered():
+            chunk = np.asarray(chunk)
+            self._check_dtype(chunk.dtype)
+            self.check_chunk_shape(chunk.shape)
+            found = image_bytes.claim(chunk[0], "jpeg")
+            if found is not None:
+                return found
+        return super().encode_frame(chunk)
 
     def encode_image(self, frame: np.ndarray) -> bytes:
         """One frame to a baseline JPEG (YCbCr for colour frames)."""

@@ -31,16 +31,18 @@ import os
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from zarr.registry import register_codec
 
 from replaybuf_core.layout import video_packets
+from replaybuf_core.layout.video_frames import rgb24, rgb24_resized
 from replaybuf_core.layout.frame_choice import VIDEO_PIX_FMTS
 
 from .frame_codec import FrameCodec, check_int
-from .video_chunk import Segment, pack_chunk, unpack_chunk
+from .video_chunk import Segment, pack_chunk, splice, unpack_chunk
 
 __all__ = ["CODEC_NAME", "DEFAULTS", "VIDEO_CODECS", "VideoCodec"]
 
@@ -87,38 +89,53 @@ def _decoder_name(codec: str) -> str:
     raise ValueError(f"video chunk: PyAV has no decoder for {codec!r}")
 
 
-def decode_segment(segment: Segment, height: int, width: int) -> list[np.ndarray]:
+def decode_segment(segment: Segment, height: int, width: int, kept: Sequence[int] | None = None,
+                   fr: Any = None) -> list[np.ndarray]:
     """The kept frames of one segment (``segment.take`` uint8 ``(H, W, 3)`` RGB arrays), decoded by a
-    fresh single-threaded decoder.
+    fresh single-threaded decoder — or only those at the places ``kept`` (ascending, within
+    ``0..take-1``), decoding no packet past the last of them (a random read of one frame of a GOP
+    decodes up to it, not the whole segment); with ``fr`` (a
+    :class:`~replaybuf_core.layout.frame_resize.FrameResize`) each frame cropped and resized by
+    libswscale in its RGB conversion.
 
     Raises ValueError: the packets do not decode (corrupt data), decode to fewer frames than
-    ``skip + take``, or to frames of another size than ``height`` × ``width``.
+    ``skip + take`` (than needed, for ``kept``), or to frames of another size than ``height`` × ``width``.
     """
+    want = list(range(segment.take)) if kept is None else [int(k) for k in kept]
     if segment.codec == video_packets.BLANK:  # padding past the array's end: black frames, no packets
         if segment.packets or segment.skip:
             raise ValueError("video chunk: a blank segment holds packets or skips frames (damaged)")
-        return [np.zeros((height, width, 3), np.uint8)] * segment.take
+        size = (height, width) if fr is None else (fr.height, fr.width)
+        return [np.zeros(size + (3,), np.uint8)] * len(want)
+    if not want:
+        return []
     av = _av()
     ctx = av.CodecContext.create(_decoder_name(segment.codec), "r")
     ctx.thread_count = 1
     if segment.extradata:
         ctx.extradata = segment.extradata
-    frames = []
+    frames: list = []
+    needed = segment.skip + (segment.take if kept is None else want[-1] + 1)
     try:
         for p in segment.packets:
             frames += ctx.decode(av.Packet(p))
-        frames += ctx.decode(None)
+            if kept is not None and len(frames) >= needed:  # presentation order is decode order here
+                break
+        else:
+            frames += ctx.decode(None)
     except av.error.FFmpegError as exc:
         raise ValueError(f"video chunk: the {segment.codec} packets do not decode ({exc})") from None
-    if len(frames) < segment.skip + segment.take:
+    if len(frames) < needed:
         raise ValueError(f"video chunk: its {segment.codec} packets decode to {len(frames)} frames, the chunk "
                          f"says {segment.skip} + {segment.take}")
-    kept = frames[segment.skip:segment.skip + segment.take]
-    for f in kept:
+    out = []
+    for k in want:
+        f = frames[segment.skip + k]
         if (f.height, f.width) != (height, width):
             raise ValueError(f"video chunk: a frame is {f.height}x{f.width} px, the chunk shape expects "
                              f"{height}x{width} px")
-    return [f.to_ndarray(format="rgb24") for f in kept]
+        out.append(rgb24(f) if fr is None else rgb24_resized(f, fr))
+    return out
 
 
 @dataclass(frozen=True)
@@ -250,6 +267,55 @@ class VideoCodec(FrameCodec):
             packets += ctx.encode(vf)
         packets += ctx.encode(None)
         return pack_chunk([Segment(self.codec, b"", 0, self.gop, tuple(bytes(p) for p in packets))])
+
+    def splice_chunk(self, pieces: Sequence[tuple[bytes, int, int]], frames: int) -> bytes | None:
+        """One chunk of ``frames`` frames made of ``pieces`` (``(chunk bytes, lo, hi)``: frames
+        ``[lo, hi)`` of a stored chunk, in order; padded with black frames to ``frames``) by copying
+        packets: each piece's segments keep their packets from the keyframe on and narrow ``skip`` /
+        ``take`` (:func:`~replaybuf_zarr.codecs.video_chunk.splice`), so no frame is decoded or
+        encoded and every frame decodes bit for bit as before; a chunk costs the bytes of the GOPs
+        its frames come from.  None when more than 255 segments would be needed.
+
+        Raises ValueError: bytes that are not a video chunk, pieces out of their chunk or holding
+        more than ``frames`` frames."""
+        segments = splice([(unpack_chunk(data), int(lo), int(hi)) for data, lo, hi in pieces], int(frames))
+        return None if segments is None else pack_chunk(segments)
+
+    def decode_resized(self, data: bytes, chunk_shape: tuple[int, ...], rows: list[int], fr: Any) -> np.ndarray:
+        """:meth:`decode_rows` with each frame cropped and resized as ``fr`` says, by libswscale in the
+        RGB conversion (no full-size RGB frame is made)."""
+        return self.decode_rows(data, chunk_shape, rows, fr)
+
+    def decode_rows(self, data: bytes, chunk_shape: tuple[int, ...], rows: Sequence[int], fr: Any = None) -> np.ndarray:
+        """Only the frames at ``rows`` (ascending distinct places in the chunk, ``0..G-1``) of one
+        chunk, as uint8 ``(len(rows), H, W, 3)``: equal to ``decode_frame(data, chunk_shape)[rows]``,
+        but only the segments holding them are decoded, each up to the last frame wanted (a window's
+        two frames of a pass-through G1 chunk decode 2–3 frames, not 8).
+
+        Raises ValueError like :meth:`decode_frame`, and for rows outside the chunk.
+        """
+        chunk_shape = tuple(int(s) for s in chunk_shape)
+        rows = [int(r) for r in rows]
+        if any(b <= a for a, b in zip(rows, rows[1:])) or (rows and not 0 <= rows[0] <= rows[-1] < chunk_shape[0]):
+            raise ValueError(f"video chunk: rows {rows} are not ascending places in a chunk of {chunk_shape[0]}")
+        out = np.empty((len(rows),) + (chunk_shape[1:] if fr is None else (fr.height, fr.width, chunk_shape[3])),
+                       dtype=np.uint8)
+        start, i = 0, 0
+        for segment in unpack_chunk(data):
+            end = start + segment.take
+            j = i
+            while j < len(rows) and rows[j] < end:
+                j += 1
+            if j > i:
+                for k, frame in enumerate(decode_segment(segment, chunk_shape[1], chunk_shape[2],
+                                                         [r - start for r in rows[i:j]], fr), start=i):
+                    out[k] = frame
+                i = j
+            start = end
+        if start != chunk_shape[0]:
+            raise ValueError(f"video chunk: it holds {start} frames, the chunk shape {chunk_shape} expects "
+                             f"{chunk_shape[0]}")
+        return out
 
     def decode_frame(self, data: bytes, chunk_shape: tuple[int, ...]) -> np.ndarray:
         """Decode one chunk's bytes to uint8 frames of exactly ``chunk_shape`` ``(G, H, W, 3)``.

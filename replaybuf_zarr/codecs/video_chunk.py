@@ -32,10 +32,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["MAGIC", "Segment", "pack_chunk", "unpack_chunk"]
+__all__ = ["BLANK_CODEC", "MAGIC", "MAX_SEGMENTS", "Segment", "pack_chunk", "recut", "splice", "unpack_chunk"]
 
 MAGIC = b"RBVC"
 VERSION = 1
+#: most segments one chunk holds (the header's u8)
+MAX_SEGMENTS = 255
+#: codec name of a segment of black padding frames (no packets)
+BLANK_CODEC = "blank"
 
 
 @dataclass(frozen=True)
@@ -113,3 +117,60 @@ def unpack_chunk(data: bytes | memoryview) -> list[Segment]:
     if pos != len(view):
         raise ValueError(f"video chunk has {len(view) - pos} bytes after its last segment (damaged)")
     return segments
+
+
+def recut(segments: list[Segment] | tuple[Segment, ...], lo: int, hi: int) -> list[Segment]:
+    """The segments holding frames ``[lo, hi)`` of a chunk made of ``segments`` (its frames are the
+    segments' kept frames, in order), without decoding: each segment overlapping the range is kept
+    with all its packets (from its keyframe; with B-frames a frame may need packets after it in
+    decode order) and its ``skip`` / ``take`` narrowed to the frames in range.  The frames they
+    decode to are bit for bit those frames of the original chunk.
+
+    Raises ValueError: ``0 <= lo < hi <= frames of the chunk`` does not hold.
+    """
+    total = sum(seg.take for seg in segments)
+    if not 0 <= lo < hi <= total:
+        raise ValueError(f"video chunk: frames [{lo}, {hi}) are not within its {total} frames")
+    out, start = [], 0
+    for seg in segments:
+        end = start + seg.take
+        a, b = max(lo, start), min(hi, end)
+        if a < b:
+            if seg.codec == BLANK_CODEC:
+                out.append(Segment(seg.codec, b"", 0, b - a, ()))
+            else:
+                out.append(Segment(seg.codec, seg.extradata, seg.skip + (a - start), b - a, seg.packets))
+        start = end
+    return out
+
+
+def splice(pieces: list[tuple[list[Segment] | tuple[Segment, ...], int, int]], frames: int) -> list[Segment] | None:
+    """One chunk of ``frames`` frames made of ``pieces`` — ``(segments of a chunk, lo, hi)``: frames
+    ``[lo, hi)`` of that chunk, in order — padded with black frames (a ``blank`` segment) to
+    ``frames``: the segments of :func:`recut` of each piece, a segment continuing the one before it
+    (the same packets, its frames next) joined to it.  None when they would need more than
+    :data:`MAX_SEGMENTS` segments (the caller re-encodes).
+
+    Raises ValueError: the pieces hold more than ``frames`` frames, or a piece is out of its chunk.
+    """
+    out: list[Segment] = []
+    n = 0
+    for segments, lo, hi in pieces:
+        for seg in recut(segments, lo, hi):
+            n += seg.take
+            prev = out[-1] if out else None
+            if prev is not None and prev.codec == seg.codec and (
+                    seg.codec == BLANK_CODEC or (prev.packets is seg.packets or prev.packets == seg.packets)
+                    and prev.extradata == seg.extradata and prev.skip + prev.take == seg.skip):
+                out[-1] = Segment(prev.codec, prev.extradata, prev.skip, prev.take + seg.take, prev.packets)
+            else:
+                out.append(seg)
+    if n > frames:
+        raise ValueError(f"video chunk: the pieces hold {n} frames, a chunk holds {frames}")
+    if n < frames:
+        if out and out[-1].codec == BLANK_CODEC:
+            last = out[-1]
+            out[-1] = Segment(BLANK_CODEC, b"", 0, last.take + frames - n, ())
+        else:
+            out.append(Segment(BLANK_CODEC, b"", 0, frames - n, ()))
+    return out if len(out) <= MAX_SEGMENTS else None

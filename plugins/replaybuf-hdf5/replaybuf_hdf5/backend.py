@@ -238,6 +238,20 @@ class Hdf5Backend:
         """The dataset's compression as a codec spec; see :func:`~replaybuf_hdf5.codecs.codec_from_dataset`."""
         return _codecs.codec_from_dataset(self._dataset(group, name))
 
+    def accepts_codec(self, codec: Any) -> bool:
+        """Optional protocol verb: True when ``codec`` has an HDF5 form (:func:`~replaybuf_hdf5.codecs.
+        to_h5_filter`); a copy falls back to the "default" preset for one that has none (a zarr frame
+        codec: WebP, JPEG XL, JPEG, video), storing the decoded values."""
+        try:
+            _codecs.to_h5_filter(codec)
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def stored_bytes(self, group: str, name: str) -> int | None:
+        """Optional protocol verb: bytes the dataset's data take in the file (HDF5's storage size)."""
+        return int(self._dataset(group, name).id.get_storage_size())
+
     @staticmethod
     def codecs_equal(a: Any, b: Any) -> bool:
         """Whether two codec specs give the same HDF5 filter (used by ``set_compressors``)."""
@@ -382,6 +396,28 @@ class Hdf5Backend:
                 used += int(obj.id.get_storage_size()) + 4096  # the data, and its object header
         self._root.file.visititems(visit)
         return max(0, os.path.getsize(self._filename) - used - 64 * 1024)  # superblock, groups, attributes
+
+    def compact(self) -> tuple[int, int]:
+        """Optional protocol verb: rewrite the file with its live objects only, giving back what
+        :meth:`reclaimable_bytes` counts (:func:`~replaybuf_hdf5.compaction.compact_file`: built beside,
+        swapped in; chunks copied as stored), then reopen it.  Only for a writable file this backend
+        opened itself; anything else holding the old file's h5py objects must not use them afterwards.
+
+        Returns ``(bytes before, bytes after)``.  Raises ReadOnlyError; ValueError for a group of a
+        caller's file or an in-memory file; OSError when the new file cannot be written (the old one
+        is kept and reopened)."""
+        from .compaction import compact_file
+
+        self._check_writable()
+        if not self._owns_file or self._root.name != "/" or _is_memory_file(self._root.file):
+            raise ValueError(f"compact: only a file the hdf5 backend opened itself can be rewritten ({self.filename})")
+        self._root.file.close()
+        try:
+            return compact_file(self._filename, CRASH_SAFE_FILE)
+        finally:
+            self._root = h5py.File(self._filename, "r+", **WRITE_CHUNK_CACHE)
+            self._fresh.clear()
+            _hold_metadata_until_flush(self._root.file)
 
     def persist(self):
         """Optional protocol verb, called after every commit: flush HDF5's metadata and chunk caches

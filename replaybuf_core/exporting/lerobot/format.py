@@ -110,10 +110,26 @@ class LeRobotExport(ExportFormat):
         return attrs.get("source_attrs") or {}
 
     def _fps(self, plan: ExportPlan) -> float:
-        fps = plan.options.get("fps") or plan.data_attrs().get("fps")
-        if not fps or not math.isfinite(float(fps)) or float(fps) <= 0:
-            raise ValueError("LeRobot export: the store records no fps (LeRobot needs one): pass --fps N")
-        return float(fps)
+        """The frame rate: ``fps=`` (``--fps``) when given, else the store's ``fps`` data attribute.
+
+        Raises ValueError: neither given; a value that is not a finite number above 0 (said with the
+        value and where it came from: LeRobot's timestamps are ``frame_index / fps``)."""
+        given = plan.options.get("fps")
+        if given is None:
+            given = plan.data_attrs().get("fps")
+            if given is None:
+                raise ValueError("LeRobot export: the store records no fps (LeRobot needs one): pass --fps N")
+            where, fix = "the store's recorded fps (data attribute 'fps')", ": pass --fps N"
+        else:
+            where, fix = "--fps (fps=)", ""
+        try:
+            fps = float(given) if not isinstance(given, (bool, np.bool_)) else math.nan
+        except (TypeError, ValueError):
+            fps = math.nan
+        if not (math.isfinite(fps) and fps > 0):
+            raise ValueError(f"LeRobot export: {where} is {given!r}, not a frame rate: LeRobot's timestamps are "
+                             f"frame_index / fps, so fps must be a finite number of frames a second above 0{fix}")
+        return fps
 
     def _codec_for(self, plan: ExportPlan):
         kept = plan.data_attrs().get("key_attrs") or {}

@@ -16,6 +16,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ...layout.video_frames import rgb24
+
 __all__ = ["CODECS", "DEFAULT_CRF", "VideoFile", "decode_frames"]
 
 #: info.json's ``video.codec`` → PyAV encoder
@@ -78,4 +80,4 @@ def decode_frames(path: str | os.PathLike):
     with av.open(os.fspath(path)) as c:
         stream = c.streams.video[0]
         for frame in c.decode(stream):
-            yield float(frame.pts * stream.time_base), frame.to_ndarray(format="rgb24")
+            yield float(frame.pts * stream.time_base), rgb24(frame)

@@ -27,6 +27,9 @@ TRAJ = re.compile(r"^traj_(\d+)$")
 class ManiSkillSource(EpisodeGroupsSource):
     """A ManiSkill trajectory file (see the module docstring).
 
+    A sidecar ``elapsed_steps`` other than the trajectory's number of actions is noted (the
+    trajectory's rows are imported; the entry is kept as written).
+
     Raises:
         FileNotFoundError, ValueError (no ``traj_N`` groups; a sidecar entry naming a trajectory
         the file lacks, or a trajectory with no entry, named), ImportError (h5py).
@@ -74,7 +77,23 @@ class ManiSkillSource(EpisodeGroupsSource):
             if "actions" not in g:
                 raise ValueError(f"{self.path}: {n} has no actions")
             episodes.append((n, g, int(g["actions"].shape[0])))
+        self._note_elapsed_steps(episodes, sidecar)
         self._scan(episodes)
+
+    def _note_elapsed_steps(self, episodes: list, sidecar: Path) -> None:
+        """Note the trajectories whose sidecar ``elapsed_steps`` is not their number of actions (the
+        rows imported are the trajectory's own; the entry is kept as written)."""
+        off = [(n, e["elapsed_steps"], t) for n, _, t in episodes
+               for e in [self._entries.get(int(TRAJ.match(n).group(1))) or {}]
+               if isinstance(e.get("elapsed_steps"), int) and not isinstance(e.get("elapsed_steps"), bool)
+               and e["elapsed_steps"] != t]
+        if off:
+            shown = ", ".join(f"{n}: elapsed_steps {k}, {t} actions" for n, k, t in off[:5])
+            more = f" and {len(off) - 5} more" if len(off) > 5 else ""
+            self.notes.append(f"{sidecar.name}: elapsed_steps disagrees with the trajectory's actions in {len(off)} of "
+                              f"{len(episodes)} trajectories ({shown}{more}); imported as the trajectories hold them (their "
+                              "actions' rows), the sidecar entries kept as written in meta/episode_attrs — is the "
+                              "sidecar this file's?")
 
     def episode_id(self, index: int) -> int:
         return int(TRAJ.match(self._episodes[index][0]).group(1))

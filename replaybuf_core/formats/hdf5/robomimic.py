@@ -5,7 +5,8 @@ Layout (robomimic's ``docs/datasets/overview``): ``data`` group with attributes 
 ``env_args`` (JSON); ``data/demo_N`` groups with attribute ``num_samples`` (and ``model_file``,
 ``success``...) holding ``actions``, ``rewards``, ``dones``, ``states`` (or nested ``states/...``),
 ``obs/<k>``, ``next_obs/<k>``, optional ``actions_abs``, ``action_dict/<k>``; root ``mask/<filter>``
-datasets list demo names (bytes) — robomimic's filter keys (``train``, ``valid``, ...).
+datasets list demo names (bytes) — robomimic's filter keys (``train``, ``valid``, ...); a demo named
+twice in one is noted (the mask marks it once).
 
 Demos are imported in robomimic's order, by number (``demo_10`` after ``demo_9``; gaps are fine);
 each episode's source name is in ``meta/episode_attrs``.  Filter keys become boolean per-episode
@@ -18,6 +19,7 @@ episode and row).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +103,11 @@ class RobomimicSource(EpisodeGroupsSource):
                 unknown = [d for d in demos if d not in position]
                 if unknown:
                     raise ValueError(f"{self.path}: mask/{filt} names demos that do not exist: {unknown[:5]}")
+                twice = sorted((d for d, k in Counter(demos).items() if k > 1), key=natural_key)
+                if twice:
+                    self.notes.append(f"mask/{filt} names {twice[:5]}{' ...' if len(twice) > 5 else ''} more than once "
+                                      f"({len(demos)} entries, {len(set(demos))} demos): robomimic's loader lists such a "
+                                      f"demo once per entry; meta/mask.{filt} (one bool a demo) marks it once")
                 m = np.zeros(len(names), dtype=bool)
                 m[[position[d] for d in demos]] = True
                 self._masks[filt] = m

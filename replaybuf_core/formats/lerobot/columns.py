@@ -78,6 +78,19 @@ def arrow_step(type_, feature_shape) -> tuple[np.dtype, tuple[int, ...], bool]:
     return dtype, tuple(shape), False
 
 
+def declares_shape(type_) -> bool:
+    """True when a column of arrow type ``type_`` takes (part of) its step shape from the feature's
+    declared ``shape`` in ``meta/info.json``: a variable-length list at some level (a fixed-size list
+    carries its own length)."""
+    pa, _ = _pa()
+    t = type_
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        if not pa.types.is_fixed_size_list(t):
+            return True
+        t = t.value_type
+    return False
+
+
 def column_array(col, name: str, where: str) -> np.ndarray:
     """The chunked arrow column ``col`` as ``(T,) + step shape`` (see the module docstring).
 

@@ -31,9 +31,12 @@ bit-for-bit check; the import then starts again with that camera re-encoded, and
 why (:meth:`LeRobotSource.decline_frame_choice`) — never wrong frames kept, never a failed import.
 
 Chunks hold :func:`chunk_frames` frames: a whole number of the longest source GOP, at least
-:data:`MIN_CHUNK_FRAMES` (LeRobot's g=2 → 8, the video codec's default).  Episodes whose first row is
-not on the chunk grid, or not at a keyframe (v3 files hold many episodes), cost at most one partial
-GOP's packets more per chunk boundary.
+:data:`MIN_CHUNK_FRAMES` (LeRobot's g=2 → 32).  Episodes whose first row is not on the chunk grid, or
+not at a keyframe (v3 files hold many episodes), cost at most one partial GOP's packets more per chunk
+boundary — a keyframe, which in LeRobot's g=2 AV1 is about twice a frame's average bytes: at 8 frames
+a chunk that was +25 % of the G1 camera's bytes, at 32 about +5 %.  A read decodes only the GOPs
+holding the frames it wants (:meth:`replaybuf_zarr.codecs.video.VideoCodec.decode_rows`), so a
+longer chunk costs a random read only the bytes it fetches.
 
 Any other camera is re-encoded with the ``frames=`` codec, and the report says why
 (:attr:`Source.frame_handling`); never silently.  A file that cannot be opened or demuxed (truncated,
@@ -52,8 +55,8 @@ from .layout import require
 
 #: The longest source GOP (frames from a keyframe to the next) that goes through.
 MAX_GOP = 32
-#: Frames per stored chunk at least (a whole number of source GOPs).
-MIN_CHUNK_FRAMES = 8
+#: Frames per stored chunk at least (a whole number of source GOPs; see the module docstring).
+MIN_CHUNK_FRAMES = 32
 #: The bitstreams and pixel formats replaybuf's video chunks carry (``replaybuf.video``'s own).
 PIX_FMTS = VIDEO_PIX_FMTS
 #: FFmpeg decoder names → the bitstream they decode.

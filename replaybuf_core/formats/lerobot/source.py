@@ -28,7 +28,7 @@ import numpy as np
 from replaybuf_core.layout.frame_choice import FrameChoice
 from replaybuf_core.source import KeySpec, Source
 
-from .columns import arrow_numpy, arrow_step, column_array, decode_image
+from .columns import arrow_numpy, arrow_step, column_array, declares_shape, decode_image
 from .layout import (
     Locator,
     read_info,
@@ -39,8 +39,9 @@ from .layout import (
     read_v3_episodes,
     require_pyarrow,
 )
+from .camera_notes import camera_notes
 from .passthrough import MODES, PassThrough, probe
-from .video import VideoReader, require_av
+from .video import VideoFacts, VideoReader, probe_video, require_av
 
 #: Video codecs that store frames exactly (no "lossy when recorded" note).
 LOSSLESS_VIDEO_CODECS = frozenset({"ffv1", "png", "rawvideo", "huffyuv", "ffvhuff", "utvideo", "qtrle"})
@@ -153,8 +154,13 @@ class LeRobotSource(Source):
         self.episode_lengths = np.array([ep.length for ep in self._episodes], dtype=np.int64)
         self.fps = float(info["fps"])
         self._depth = {c: bool(_video_info(features[c]).get("video.is_depth_map", False)) for c in cams}
+        self._facts: dict[str, set[VideoFacts]] = {c: set() for c in cams}
+        for cam in cams:  # each camera's first file now (codec, bit depth, rotation); the others as read
+            first = next((ep.videos[cam][0] for ep in episodes if ep.videos.get(cam) is not None), None)
+            self._add_facts(cam, [probe_video(first)] if first else [])
         self._images: list[str] = []
         self._columns: list[str] = []
+        self._shape_origin: dict[str, str] = {}  # column → where its step shape came from (for messages)
         self._table_file: str | None = None
         self._table = None
         self._readers: dict[str, VideoReader] = {}
@@ -166,9 +172,17 @@ class LeRobotSource(Source):
         self.attrs = {"codebase_version": self.version, "robot_type": info.get("robot_type"), "fps": self.fps,
                       "tasks": {str(k): v for k, v in sorted(self.tasks.items())}, "stats": read_stats(root),
                       "info": info, "moved_files": [list(m) for m in loc.moved]}
-        lossy = [c for c in cams if str(_video_info(features[c]).get("video.codec", "?")) not in LOSSLESS_VIDEO_CODECS]
-        codecs = sorted({str(_video_info(features[c]).get("video.codec", "?")) for c in lossy})
-        if lossy:
+        # the codecs the files hold (info.json's video.codec only when a file could not be probed)
+        codec = {c: sorted({f.codec for f in self._facts[c]}) or [str(_video_info(features[c]).get("video.codec", "?"))]
+                 for c in cams}
+        lossy = [c for c in cams if set(codec[c]) - LOSSLESS_VIDEO_CODECS]
+        codecs = sorted({n for c in lossy for n in codec[c] if n not in LOSSLESS_VIDEO_CODECS})
+        if lossy and video == "passthrough":
+            self.notes.append(f"the video frames of {', '.join(lossy)} were lossy when recorded ({', '.join(codecs)} "
+                              "in mp4); a camera passed through keeps the mp4's own packets (its reads decode to "
+                              "PyAV's rgb24, bit for bit); a camera that does not go through is stored as that decode "
+                              "with the frames= codec (see its line)")
+        elif lossy:
             self.notes.append(f"the video frames of {', '.join(lossy)} were lossy when recorded ({', '.join(codecs)} "
                               "in mp4); what is imported is their decode by PyAV (rgb24; depth as uint16), and "
                               "the store keeps those decoded pixels exactly unless a lossy frame codec is asked for (frames=)")
@@ -236,6 +250,9 @@ class LeRobotSource(Source):
                 kind = "strings" if dtype == object else "numbers"
                 self.keys[name] = KeySpec(dtype, shape, kind, dict(feat))
                 self._columns.append(name)
+                self._shape_origin[name] = (f"meta/info.json declares shape {feat.get('shape')}"
+                                            if declares_shape(schema.field(name).type) else
+                                            f"the first data file ({where}) holds {shape}")
         for cam in cams:
             feat = features[cam]
             shape = _frame_shape(feat, self._depth[cam])
@@ -258,12 +275,14 @@ class LeRobotSource(Source):
     def _read_rows(self, ep, names: list[str]) -> dict[str, np.ndarray]:
         table = self._file_table(ep.data_file)
         where = f"{ep.data_file} (episode {ep.index})"
+        first_file_row = 0  # the file's row of the episode's first row (v3 files hold many episodes)
         if self.version.startswith("v3") and "episode_index" not in table.column_names:
             if "index" not in table.column_names or ep.rows is None:
                 raise ValueError(f"{where}: no episode_index (nor index) column: a v3 file holds many episodes, "
                                  "and their rows are found by it")
             ids = arrow_numpy(table["index"])
             rows = np.flatnonzero((ids >= ep.rows[0]) & (ids < ep.rows[1]))
+            first_file_row = int(rows[0]) if len(rows) else 0
             table = table.take(rows)
         elif "episode_index" in table.column_names:
             ids = arrow_numpy(table["episode_index"])
@@ -271,7 +290,8 @@ class LeRobotSource(Source):
                 rows = np.flatnonzero(ids == ep.index)
                 if len(rows) and rows[-1] - rows[0] + 1 != len(rows):
                     raise ValueError(f"{where}: the episode's rows are not contiguous")
-                table = table.slice(int(rows[0]), len(rows)) if len(rows) else table.slice(0, 0)
+                first_file_row = int(rows[0]) if len(rows) else 0
+                table = table.slice(first_file_row, len(rows))
             elif len(ids) and (ids != ep.index).any():
                 other = int(ids[np.flatnonzero(ids != ep.index)[0]])
                 raise ValueError(f"{where}: the file holds rows of episode {other} (column episode_index)")
@@ -283,9 +303,15 @@ class LeRobotSource(Source):
         out = {n: column_array(table[n], n, where) for n in names}
         for n in names:
             spec = self.keys.get(n)
-            if spec is not None and n in self._columns and (out[n].shape[1:] != spec.shape or out[n].dtype != spec.dtype):
-                raise ValueError(f"{where}: column {n!r} is {out[n].dtype} {out[n].shape[1:]} per step here, "
-                                 f"{spec.dtype} {spec.shape} in the first data file")
+            if spec is None or n not in self._columns:
+                continue
+            if out[n].shape[1:] != spec.shape:  # (every row of the episode alike: column_array checked)
+                raise ValueError(f"{ep.data_file}: column {n!r} holds steps of shape {out[n].shape[1:]} in episode "
+                                 f"{ep.index} (its row 0 on, row {first_file_row} of the file), but "
+                                 f"{self._shape_origin[n]} for it")
+            if out[n].dtype != spec.dtype:
+                raise ValueError(f"{where}: column {n!r} is {out[n].dtype} here, {spec.dtype} in the first data "
+                                 f"file ({self._episodes[0].data_file})")
         return out
 
     # ------------------------------------------------------------------------------------ frames
@@ -373,24 +399,34 @@ class LeRobotSource(Source):
             yield part
 
     def _take_notes(self, readers: list[VideoReader]) -> None:
-        """The notes of the video readers (bit depth, rotation) in the source's notes, each once."""
+        """What the video readers' files hold (codec, bit depth, rotation) into their cameras' notes."""
         for reader in readers:
-            for note in reader.notes:
-                if note not in self.notes:
-                    self.notes.append(note)
+            if reader.facts is not None and reader.facts not in self._facts[reader.camera]:
+                self._add_facts(reader.camera, [reader.facts])
+
+    def _add_facts(self, cam: str, facts: list[VideoFacts | None]) -> None:
+        """Add a camera's files' facts and say in ``key_notes[cam]`` what they mean (:mod:`.camera_notes`)."""
+        self._facts[cam].update(f for f in facts if f is not None)
+        declared = _video_info(self.info["features"][cam]).get("video.codec")
+        for note in camera_notes(str(declared) if declared else None, self._facts[cam], self._depth[cam]):
+            self.note_key(cam, note)
 
     def read_episode(self, index: int, keys: list[str] | None = None) -> dict[str, np.ndarray]:
         keys = list(keys or self.keys)
         parts = list(self.iter_parts(index, keys, 1 << 30))
         return {k: np.concatenate([p[k] for p in parts]) for k in keys}
 
-    def frame_bytes(self, key: str) -> float | None:
-        """Bytes a frame of camera ``key`` takes in the dataset's video files: every file of the camera
-        (each counted once, as v3 files hold several episodes) over the frames of the episodes in them."""
+    def frame_bytes(self, key: str, indices: list[int] | None = None) -> float | None:
+        """Bytes a frame of camera ``key`` takes in the dataset's video files, for the episodes
+        ``indices`` (None: all): the files holding them (each counted once) over the frames of every
+        episode in those files — exactly the chosen episodes' in v2 (a file an episode), the average
+        of the files they share in v3 (a file holds several episodes)."""
         if key not in self._cameras:
             return None
-        files = {ep.videos[key][0] for ep in self._episodes if ep.videos.get(key) is not None}
-        frames = sum(int(ep.length) for ep in self._episodes if ep.videos.get(key) is not None)
+        chosen = self._episodes if indices is None else [self._episodes[i] for i in indices]
+        files = {ep.videos[key][0] for ep in chosen if ep.videos.get(key) is not None}
+        frames = sum(int(ep.length) for ep in self._episodes
+                     if ep.videos.get(key) is not None and ep.videos[key][0] in files)
         if not files or not frames:
             return None
         return sum(os.path.getsize(f) for f in files) / frames

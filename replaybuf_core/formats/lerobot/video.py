@@ -11,7 +11,8 @@ missing frame or a frame too far from its row is a :class:`VideoMismatchError` n
 the camera, the row and the two times.  Decoders return frames in presentation order, so B-frames
 need nothing special.
 
-RGB frames are ``frame.to_ndarray(format="rgb24")`` (libswscale's conversion of the stored YUV);
+RGB frames are ``frame.to_ndarray(format="rgb24")`` (libswscale's conversion of the stored YUV, made
+on the calling thread: :func:`replaybuf_core.layout.video_frames.rgb24`);
 depth maps (``video.is_depth_map``) are gray frames as uint16 (e.g. 12-bit values 0..4095).
 """
 
@@ -19,8 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
+
+from ...layout.video_frames import rgb24
 
 
 class VideoMismatchError(ValueError):
@@ -40,7 +44,7 @@ GRAY_FORMATS = {"gray", "gray10le", "gray12le", "gray16le", "gray10be", "gray12b
 def frame_array(frame, depth: bool) -> np.ndarray:
     """One decoded PyAV frame as ``(H, W, 3)`` uint8 RGB, or for depth ``(H, W, 1)`` uint16."""
     if not depth:
-        return frame.to_ndarray(format="rgb24")
+        return rgb24(frame)
     name = frame.format.name
     if name not in GRAY_FORMATS:
         raise VideoMismatchError(f"a depth video (video.is_depth_map) must hold gray frames; this one holds {name}")
@@ -58,6 +62,48 @@ def pixel_bits(pix_fmt: str | None) -> int:
         return max(int(c.bits) for c in av.VideoFormat(pix_fmt).components)
     except (ValueError, TypeError):
         return 8
+
+
+@dataclass(frozen=True)
+class VideoFacts:
+    """What one video file holds, as its stream and first decoded frame say: ``codec`` (FFmpeg's
+    canonical name: ``h264``, ``hevc``, ``av1``, ``mpeg4``...) and ``codec_long`` (``"MPEG-4 part 2"``),
+    ``pix_fmt`` and its widest component's ``bits``, and ``rotation``: the degrees (counter-clockwise)
+    the file's display matrix asks players to rotate its frames by (PyAV's ``VideoFrame.rotation``;
+    0 for none)."""
+
+    codec: str
+    codec_long: str
+    pix_fmt: str | None
+    bits: int
+    rotation: int
+
+
+def stream_codec(stream) -> tuple[str, str]:
+    """``(canonical name, long name)`` of a PyAV video stream's codec (not its decoder's name:
+    ``av1``, not ``libdav1d``)."""
+    codec = stream.codec_context.codec
+    return str(getattr(codec, "canonical_name", None) or codec.name), str(codec.long_name or codec.name)
+
+
+def facts_of(stream, frame) -> VideoFacts:
+    """The :class:`VideoFacts` of ``stream`` given its first decoded ``frame``."""
+    pix = stream.codec_context.pix_fmt
+    return VideoFacts(*stream_codec(stream), pix, pixel_bits(pix), int(round(float(getattr(frame, "rotation", 0) or 0))))
+
+
+def probe_video(path: str) -> VideoFacts | None:
+    """The :class:`VideoFacts` of the video file ``path`` (opened and its first frame decoded), or
+    None when it does not open or holds no frame (the read that needs it names the problem)."""
+    av = require_av()
+    try:
+        with av.open(path) as c:
+            stream = c.streams.video[0]
+            for frame in c.decode(stream):
+                return facts_of(stream, frame)
+    except Exception:  # noqa: BLE001 - damaged or missing: said by the read that needs the file
+        return None
+    return None
 
 
 class VideoReader:
@@ -89,14 +135,9 @@ class VideoReader:
         self._tb = self._stream.time_base
         self._frames: Iterator | None = None
         self._last_time = -math.inf  # time of the last frame handed out or skipped
-        #: what the stored frames leave out of this video (said in the import report, never silently)
-        self.notes: list[str] = []
-        self._rotation_seen = False
-        pix = self._stream.codec_context.pix_fmt
-        bits = pixel_bits(pix)
-        if not depth and bits > 8:
-            self.notes.append(f"camera {camera}: {path} is {bits}-bit video ({pix}); its frames are stored as 8-bit "
-                              f"RGB (rgb24), the low {bits - 8} bits of each sample dropped")
+        #: the file's codec, bit depth and rotation, once a frame was decoded (the import report says
+        #: what the stored frames leave out of them: :mod:`.camera_notes`)
+        self.facts: VideoFacts | None = None
 
     def first_frame_time(self) -> float | None:
         """Time (s) of the file's first frame (a separate decode; for messages and alignment)."""
@@ -180,8 +221,8 @@ class VideoReader:
                     f"episode {episode}, camera {self.camera}, row {first_row + i}: no frame at the row's time {times[i]!r} s "
                     f"(the next frame of {self.path} is at {t!r} s; tolerance {tol} s)" + hint)
             self._last_time = t
-            if not self._rotation_seen:
-                self._note_rotation(frame)
+            if self.facts is None:
+                self.facts = facts_of(self._stream, frame)
             try:
                 block.append(frame_array(frame, self.depth))
             except VideoMismatchError as exc:
@@ -202,15 +243,6 @@ class VideoReader:
         record = self._records.pop(pts, None)
         if record is not None:  # none: the codec re-encodes the chunk, and the import's check says so
             register(pixels, record)
-
-    def _note_rotation(self, frame) -> None:
-        """Note (once) a display rotation the file asks players for (its display matrix: PyAV's
-        ``VideoFrame.rotation``, degrees): the stored frames are the coded ones, not rotated."""
-        self._rotation_seen = True
-        degrees = int(round(float(getattr(frame, "rotation", 0) or 0)))
-        if degrees % 360:
-            self.notes.append(f"camera {self.camera}: {self.path} asks players to rotate its frames by {degrees} "
-                              "degrees (display matrix); the frames are stored as coded, not rotated")
 
     def _ended_message(self, episode: int, i: int, times: np.ndarray, first_row: int = 0) -> str:
         last = f"{self._last_time!r} s" if self._last_time > -math.inf else "before the first row"

@@ -28,11 +28,13 @@ function el(tag, attrs, text) {
 }
 
 // ------------------------------------------------------------------ marks (kept for this tab)
-// marks are kept per tab and per store *state*: after an edit (or any commit) old marks would name
-// other episodes, so they are not carried over
+// marks are kept per tab and per store *state* (the summary's `state`: the episode ends and the edit
+// generation): after an edit (or any commit) old marks would name other episodes, so they are not
+// carried over, and a save sends the state they were made on (the server refuses it, 409, if the
+// store moved since)
 function marksKey() {
   const s = state.summary;
-  return `replaybuf-marks:${s.path}:${s.n_episodes}:${s.n_steps}:${s.generation}`;
+  return `replaybuf-marks:${s.path}:${s.state}`;
 }
 function loadMarks() {
   try { state.marks = new Set(JSON.parse(sessionStorage.getItem(marksKey()) || "[]")); } catch (e) { state.marks = new Set(); }
@@ -70,8 +72,7 @@ async function saveMask() {
   try {
     const r = await api("/api/masks/" + encodeURIComponent(maskName()), {
       method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ episodes: sortedMarks(), n_episodes: state.summary.n_episodes,
-                             generation: state.summary.generation }),
+      body: JSON.stringify({ episodes: sortedMarks(), state: state.summary.state }),
     });
     status.textContent = `saved ${r.saved}: ${r.marked} of ${r.n_episodes} episodes marked`;
     status.dataset.saved = r.saved;
@@ -103,9 +104,10 @@ async function renderList() {
   let page;
   try { page = await api("/api/episodes?" + q); } catch (e) { showError(e.message); return; }
   clearError();
-  if (page.total !== state.summary.n_episodes) {
-    showError(`the store changed since this page was loaded (${state.summary.n_episodes} episodes then, ${page.total} now): `
-              + "reload the page before marking (saving refuses marks made on the old list)");
+  if (page.state !== state.summary.state) {
+    showError(`the store changed since this page was loaded (${state.summary.n_episodes} episodes then, ${page.total} now`
+              + (page.total === state.summary.n_episodes ? ", other episodes" : "")
+              + "): reload the page before marking (saving refuses marks made on the old list)");
   }
   state.matched = page.matched;
   const metaNames = page.episodes.length ? Object.keys(page.episodes[0].meta) : [];
@@ -156,7 +158,12 @@ function drawFrame(canvas, ep, key, step) {
     canvas.getContext("2d").drawImage(img, 0, 0);
     canvas.dataset.step = step;
   };
-  img.onerror = () => { if (state.loads[key] === token) showError(`frame ${step} of ${key} could not be loaded`); };
+  img.onerror = async () => {  // the server's reason (the store gone: 410; a step out of range: 404)
+    if (state.loads[key] !== token) return;
+    let why = `frame ${step} of ${key} could not be loaded`;
+    try { await api(img.src); } catch (e) { why += `: ${e.message}`; }
+    if (state.loads[key] === token) showError(why);
+  };
   img.src = frameUrl(ep, key, step);
 }
 

@@ -2,7 +2,10 @@
 
 ``KeyboardInterrupt`` can be raised between any two bytecodes; an ``EpisodeWriter`` interrupted
 between staging one key and the next, or between committing episode ends and forgetting them, would
-save keys misaligned or an episode twice.  Inside :func:`deferred_sigint` a Ctrl-C is only recorded,
+save keys misaligned or an episode twice; a backend's write interrupted while it waits for its IO
+threads (zarr-python's event loop, the codec pool) would go on landing after the interrupt, under
+whatever cleans up after it (a build beside being removed, a temporary array being deleted), so the
+zarr backend runs each mutating call inside this too.  Inside :func:`deferred_sigint` a Ctrl-C is only recorded,
 and raised as ``KeyboardInterrupt`` (through the handler that was installed before) when the block
 ends — so every episode already handed over is kept, as the writer promises.  SIGTERM is held the same
 way whenever a Python handler is installed for it (the ``replaybuf`` CLI raises it like Ctrl-C).

@@ -1,0 +1,313 @@
+"""Mixtures of stores (issue 49), side by side in one run.
+
+* **Weighted throughput**: a mixture of Push-T (diffusion-policy, 10 fps, 96×96 frames), the G1
+  humanoid data (LeRobot v2.1, 30 fps, 640×480 AV1 frames kept pass-through) and the LeRobot v3
+  fixture (15 fps, two small cameras), each imported; state and action padded to 26 dims, each
+  store's camera its own key (filled for the others), ``delta_timestamps`` in seconds at each store's
+  fps (actions 0..1.4 s every 0.2 s, states -0.2 and 0 s, frames at 0 s).  Each store alone is its
+  ``WindowSampler.sample_batch`` on the same keys and offsets; the mixture's expected rate is the
+  weighted harmonic mean ``1 / sum(p_s / rate_s)`` of those, ``p_s`` its shares (weights 1 : 1 : 1);
+  the ratio is what ``Mixture.sample_batch`` reaches against it (goal >= 0.9).  Batches of 32, one
+  process, rounds alternating, medians.
+* **Object storage**: Push-T in a bucket (moto's server) behind a proxy adding 30 ms to each request:
+  the mixture's streaming order (``block=256, span=4``) with the node's local byte cache, a prefetch
+  thread and the read-ahead of the next run of blocks, through ``MixtureDataset`` (0 workers), against
+  the same over the local store (goal >= 0.8x); requests per batch with and without the block order.
+* **Scale**: a metadata-only store of 1 M episodes / 100 M steps (``episode_ends`` and empty
+  arrays): the time to resume mid-epoch in a fresh process (open the store, build the window index,
+  load a state, read the first batch; goal <= 10 s), that process's peak RSS, and the bytes of index
+  and sampler state a rank keeps per episode (tracemalloc, retained; goal <= 100 B).
+
+Anchors (properties, not measured here): MosaicML streaming has elastic determinism, mid-epoch
+resume and weighted streams but no episodes or windows; LeRobot's ``MultiLeRobotDataset`` needs one
+schema (keys missing somewhere are dropped), no weights, no resume (its streaming dataset resumes
+nothing mid-epoch: lerobot #3917).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+from replaybuf_core import ReplayBuffer
+from replaybuf_core.mixture import Mixture, MixtureSource
+
+from .common import PUSHT, Table
+
+G1 = Path("/work/shared/data/lerobot_v21_g1_20ep")
+V3 = Path("/work/shared/data/lerobot_v3_synthetic_2cam")
+BATCH = 32
+ACTION_S = [round(0.2 * i, 1) for i in range(8)]
+STATE_S = [-0.2, 0.0]
+
+
+def metadata_only_store(path: Path, n_episodes: int, n_steps: int, seed: int = 0) -> Path:
+    """A zarr store of ``n_episodes`` episodes and ``n_steps`` steps whose data arrays (``state``,
+    ``action``: float32 (2,)) hold no chunk (reads give 0): the bookkeeping of a large dataset at
+    the cost of its ``episode_ends`` alone."""
+    import zarr
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(60, 141, n_episodes).astype(np.int64)  # episodes of 60..140 steps, scaled
+    lengths = np.maximum(lengths * n_steps // int(lengths.sum()), 1)
+    lengths[-1] += n_steps - int(lengths.sum())
+    ends = np.cumsum(lengths)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    for key in ("state", "action"):
+        root.create_array(f"data/{key}", shape=(n_steps, 2), chunks=(1 << 16, 2), dtype="float32", fill_value=0.0)
+    root.create_array("meta/episode_ends", data=ends, chunks=(1 << 20,))
+    root["meta"].attrs["replaybuf_commit"] = {"n_episodes": n_episodes, "n_steps": n_steps, "generation": 0}
+    root["data"].attrs["fps"] = 10.0
+    return path
+
+
+# ---------------------------------------------------------------------------- scale
+_RESUME = r"""
+import json, sys, time, resource
+t0 = time.perf_counter()
+from replaybuf_core.mixture import Mixture, MixtureSource
+from replaybuf_core.torch import MixtureDataset, MixtureLoader
+path, state = sys.argv[1], json.loads(sys.argv[2])
+mix = Mixture([MixtureSource(path)], delta_timestamps={"action": [0.0, 0.1, 0.2, 0.3]}, seed=1)
+loader = MixtureLoader(MixtureDataset(mix, 64, rank=0, world_size=1))
+loader.load_state_dict(state)
+batch = next(iter(loader))
+dt = time.perf_counter() - t0
+print(json.dumps({"seconds": dt, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "first": int(batch["mixture_position"][0])}))
+"""
+
+
+def state_bytes(path: Path, n_episodes: int) -> tuple[int, int]:
+    """Bytes retained (tracemalloc) by a rank's mixture, dataset and samplers after a batch (the
+    store's decoded-chunk LRU off: it is data, bounded by ``cache_bytes``, not index state), and the
+    pickled size of the mixture (what a DataLoader worker is sent)."""
+    import pickle
+
+    from replaybuf_core.torch import MixtureDataset
+
+    warm = Mixture([MixtureSource(path, cache_bytes=0)], delta_timestamps={"action": [0.0]})  # modules imported
+    warm.sample_batch([0])
+    warm.close()
+    del warm
+    tracemalloc.start()
+    mix = Mixture([MixtureSource(path, cache_bytes=0)], delta_timestamps={"action": [0.0, 0.1, 0.2, 0.3]}, seed=1)
+    ds = MixtureDataset(mix, 64, rank=0, world_size=1)
+    ds.set_position(0, len(mix) // 2)
+    batch = mix.sample_batch(ds.positions(0))
+    del batch
+    retained, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    size = len(pickle.dumps(mix))
+    mix.close()
+    return retained, size
+
+
+def scale(table: Table, tmp: Path, smoke: bool) -> None:
+    n_ep, n_steps = (200_000, 20_000_000) if smoke else (1_000_000, 100_000_000)  # arrays too big to be pinned
+    path = metadata_only_store(tmp / "mixture-scale.zarr", n_ep, n_steps)
+    mix = Mixture([MixtureSource(path)], delta_timestamps={"action": [0.0, 0.1, 0.2, 0.3]}, seed=1)
+    state = {"mixture": mix.fingerprint, "epoch": 3, "position": n_steps // 2 + 17 * 64, "global_batch_size": 64}
+    mix.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    runs = []
+    for _ in range(1 if smoke else 3):
+        out = subprocess.run([sys.executable, "-c", _RESUME, str(path), json.dumps(state)], env=env,
+                             capture_output=True, text=True, timeout=600, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[0]["first"] == state["position"]
+    resume = statistics.median(r["seconds"] for r in runs)
+    label = f"{n_ep // 1000}k episodes / {n_steps // 1_000_000} M steps"
+    table.add("mixture", f"resume mid-epoch in a new process ({label}: import, open, index, first batch)",
+              resume, "s", "{:.2f}")
+    table.add("mixture", f"peak RSS of that process ({label})", max(r["rss"] for r in runs) / 2**20, "MiB", "{:.0f}")
+    retained, pickled = state_bytes(path, n_ep)
+    table.add("mixture", f"index + sampler state retained by a rank ({label})", retained / n_ep, "B/episode", "{:.1f}")
+    table.add("mixture", "the mixture pickled for a DataLoader worker", pickled / n_ep, "B/episode", "{:.1f}")
+    table.ratio("mixture", f"resume time at {label}, s", resume, "<= 10", resume <= 10)
+    table.ratio("mixture", "index + sampler state, B/episode/rank", retained / n_ep, "<= 100", retained / n_ep <= 100)
+
+
+# ---------------------------------------------------------------------------- throughput
+def _import_all(tmp: Path, smoke: bool) -> dict[str, Path]:
+    from replaybuf_core.importing import import_dataset
+
+    out = {}
+    jobs = [("pusht", PUSHT, "diffusion-policy", {"episodes": "0:20" if smoke else None}),
+            ("g1", G1, "lerobot", {"format_options": {"video": "passthrough"}, "episodes": "0:2" if smoke else None}),
+            ("v3", V3, "lerobot", {})]
+    for name, src, fmt, kw in jobs:
+        if not Path(src).is_dir():
+            continue
+        dst = tmp / f"mixture-{name}.zarr"
+        options = kw.pop("format_options", None)
+        kw = {k: v for k, v in kw.items() if v is not None}
+        report = import_dataset(src, dst, fmt, format_options=options, progress=False, overwrite=True, **kw)
+        if not report.ok:
+            raise RuntimeError(f"the benchmark import of {src} failed its verification")
+        out[name] = dst
+    return out
+
+
+#: each store: fps, its keys -> the mixture's
+LAYOUT = {
+    "pusht": (10.0, {"state": "state", "action": "action", "img": "image.pusht"}),
+    "g1": (None, {"observation.state": "state", "action": "action", "observation.images.cam_high": "image.g1"}),
+    "v3": (None, {"observation.state": "state", "action": "action", "observation.images.front": "image.front"}),
+}
+
+
+def _mixture(stores: dict[str, Path], weights: dict[str, float] | None = None) -> Mixture:
+    sources = []
+    for name, path in stores.items():
+        fps, keys = LAYOUT[name]
+        with ReplayBuffer.create_from_path(path) as rb:
+            drop = [k for k in rb.keys() if k not in keys]
+        sources.append(MixtureSource(path, name=name, fps=fps, keys={k: v for k, v in keys.items() if k != v},
+                                     drop=drop, weight=(weights or {}).get(name, "size")))
+    images = {LAYOUT[n][1][k]: {"fill": 0} for n in stores for k in LAYOUT[n][1] if LAYOUT[n][1][k].startswith("image")}
+    return Mixture(sources, {"state": {"pad_dims": True}, "action": {"pad_dims": True}, **images},
+                   delta_timestamps={"action": ACTION_S, "state": STATE_S, **{k: [0.0] for k in images}},
+                   samples_per_epoch=None if weights is None else 4096)
+
+
+def _alone(mix, s: int):
+    """The store's own WindowSampler on the keys and offsets the mixture reads from it."""
+    from replaybuf_core.sampling.window_sampler import WindowSampler
+
+    sampler = mix.samplers[s]
+    return WindowSampler(sampler.buffer, {k: v.tolist() for k, v in sampler.delta_steps.items()}, keys=sampler.keys,
+                         dtypes="stored", window_index=sampler.window_index)
+
+
+def throughput(table: Table, tmp: Path, smoke: bool) -> None:
+    stores = _import_all(tmp, smoke)
+    if len(stores) < 3:
+        table.add("mixture", "skipped: the G1 / LeRobot v3 data are not in shared/data", 0, "-")
+        return
+    mix = _mixture(stores, {n: 1.0 for n in stores})
+    alone = [_alone(mix, s) for s in range(len(stores))]
+    rng = np.random.default_rng(0)
+    rounds = 3 if smoke else 15
+    rates = {n: [] for n in stores}
+    mixed, same_alone, same_mixed = [], [], []
+    for r in range(rounds + 1):
+        for s, name in enumerate(stores):
+            idx = rng.integers(0, len(alone[s]), BATCH)
+            t = time.perf_counter()
+            alone[s].sample_batch(idx)
+            if r:
+                rates[name].append(BATCH / (time.perf_counter() - t))
+        pos = (r * BATCH + np.arange(BATCH)) % len(mix)
+        t = time.perf_counter()
+        mix.sample_batch(pos)
+        if r:
+            mixed.append(BATCH / (time.perf_counter() - t))
+        src, win = mix.order.locate(0, pos)  # the same windows through each store's sampler: the mixture's own cost
+        t = time.perf_counter()
+        for s in np.unique(src):
+            alone[int(s)].sample_batch(win[src == s])
+        if r:
+            same_alone.append(time.perf_counter() - t)
+            same_mixed.append(BATCH / mixed[-1])
+    med = {n: statistics.median(v) for n, v in rates.items()}
+    p = mix.order.probabilities
+    expected = 1 / sum(p[s] / med[n] for s, n in enumerate(stores))
+    got = statistics.median(mixed)
+    for s, n in enumerate(stores):
+        table.add("mixture", f"{n} alone: WindowSampler.sample_batch({BATCH}) (share {p[s]:.2f})", med[n], "samples/s",
+                  "{:.0f}")
+    table.add("mixture", "weighted expectation 1 / sum(p_s / rate_s)", expected, "samples/s", "{:.0f}")
+    table.add("mixture", f"the mixture of the three: Mixture.sample_batch({BATCH})", got, "samples/s", "{:.0f}")
+    table.ratio("mixture", "mixture / weighted throughput of each alone", got / expected, ">= 0.9", got / expected >= 0.9)
+    own = statistics.median(same_alone) / statistics.median(same_mixed)
+    table.ratio("mixture", "mixture / its stores' samplers on the same windows (its own cost)", own, "(informational)",
+                True)
+    _bucket(table, stores["pusht"], tmp, smoke)
+
+
+# ---------------------------------------------------------------------------- object storage
+def _bucket(table: Table, pusht: Path, tmp: Path, smoke: bool) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("obstore") is None:
+        table.add("mixture", "object storage skipped: moto[server] / obstore not installed", 0, "-")
+        return
+    from .latency_proxy import LatencyProxy
+    from .object_bench import local_s3
+
+    with local_s3("mixture") as (host, port):
+        proxy = LatencyProxy(host, port, 0.0)
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint  # (restored by local_s3)
+        try:
+            _bucket_runs(table, proxy, pusht, tmp, smoke)
+        finally:
+            proxy.close()
+
+
+def _bucket_runs(table: Table, proxy, pusht: Path, tmp: Path, smoke: bool) -> None:
+    from replaybuf_core.torch import MixtureDataset
+
+    url = "s3://mixture/pusht.zarr"
+    with ReplayBuffer.create_from_path(pusht) as rb:
+        rb.save_to_path(url)
+    proxy.latency = 0.030
+    deltas = {"img": [0.0], "state": STATE_S, "action": ACTION_S}
+
+    def source(loc, **kw):
+        return MixtureSource(loc, fps=10.0, drop=["keypoint", "n_contacts"], **kw)
+
+    n_batches = 12 if smoke else 200  # several runs of 4 blocks (1,024 windows: 32 batches each)
+    cache_dir = tempfile.mkdtemp(prefix="mixture-node-cache-", dir=tmp)
+    cache = {"replaybuf_cache_dir": cache_dir, "replaybuf_cache_bytes": 1 << 30}
+    runs = {}
+    for label, loc, kw in (("local", pusht, {}), ("s3", url, {"storage_options": cache})):
+        mix = Mixture([source(loc, **kw)], delta_timestamps=deltas, block=256, span=4)
+        ds = MixtureDataset(mix, BATCH, rank=0, world_size=1, prefetch=1)
+        it = iter(ds)
+        next(it)  # the first run of blocks is fetched on demand; the next ones are read ahead
+        next(it)
+        t = time.perf_counter()
+        for _ in range(n_batches):
+            next(it)
+        runs[label] = n_batches * BATCH / (time.perf_counter() - t)
+        it.close()
+    table.add("mixture", "Push-T local, block order, prefetch (MixtureDataset, 0 workers)", runs["local"],
+              "samples/s", "{:.0f}")
+    table.add("mixture", "Push-T on S3 +30 ms a request, block order + node cache + prefetch", runs["s3"],
+              "samples/s", "{:.0f}")
+    table.ratio("mixture", "S3 (30 ms) / local, streaming order", runs["s3"] / runs["local"], ">= 0.8",
+                runs["s3"] / runs["local"] >= 0.8)
+    for label, kw in (("random order", {}), ("block order (256 x 4)", {"block": 256, "span": 4})):
+        mix = Mixture([source(url)], delta_timestamps=deltas, **kw)
+        mix.sample_batch(np.arange(BATCH))
+        counts = []
+        for j in range(1, 6 if smoke else 20):
+            before = proxy.requests
+            mix.sample_batch(np.arange(j * BATCH, (j + 1) * BATCH))
+            counts.append(proxy.requests - before)
+        table.add("mixture", f"S3 requests per batch of {BATCH}, {label}, no node cache", statistics.median(counts),
+                  "requests", "{:.0f}")
+
+
+def run(table: Table, tmp: Path, smoke: bool) -> None:
+    """The mixture section (see the module docstring)."""
+    throughput(table, tmp, smoke)
+    scale(table, tmp, smoke)
+
+
+if __name__ == "__main__":  # python -m benchmarks.mixture_bench [--smoke]: this section alone
+    t = Table()
+    with tempfile.TemporaryDirectory(prefix="replaybuf-mixture-bench-") as d:
+        run(t, Path(d), "--smoke" in sys.argv)
+    print(t.render())

@@ -1,0 +1,207 @@
+"""Moving rows of camera frames between arrays as stored bytes: no frame decoded or encoded.
+
+An edit that deletes, keeps or trims episodes moves the rows after its first change down.  For a
+frame key whose codec is lossy (JPEG, WebP, video, a pass-through import's packets) decoding and
+encoding them again would be a second lossy generation of every moved frame.  Here rows move as
+the codec stored them:
+
+* a one-frame codec (JPEG, WebP, JPEG XL: a chunk is one frame) moves whole chunk bytes;
+* the video codec (a chunk of G frames made of segments, each a run of packets from a keyframe:
+  :mod:`replaybuf_zarr.codecs.video_chunk`) re-cuts segments: a new chunk holds the packets of the
+  GOPs its frames come from, each with the frames it keeps (``skip`` / ``take``), so a shift that
+  is not a multiple of G costs bytes (up to the GOPs each new chunk touches) and decode time (a
+  reader decodes a segment's skipped frames), never pixels.
+
+The frame codec says how (:meth:`~replaybuf_zarr.codecs.frame_codec.FrameCodec.splice_chunk`).
+Chunks are read through the fast reader's raw path (shards too) and written whole, a shard at a
+time, by the fast writer (temporary file, rename): ``LocalStore`` and ``MemoryStore`` arrays of
+zarr v3 whose chunks span whole frames.  Anything else, and a video codec whose chunk bytes are
+compressed after it, is not spliceable: :func:`spliceable` says None and the caller decodes and
+encodes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from .chunk_writer import make_writer
+from .layout import chunk_layout
+from .spec_codecs import frame_codec
+
+__all__ = ["spliceable", "splice_rows"]
+
+
+def spliceable(arr: Any) -> Any:
+    """The frame codec of ``arr`` (a zarr array) when its rows can be moved as stored bytes (see the
+    module docstring), else None."""
+    layout = chunk_layout(arr)
+    if layout is None or layout.zarr_format != 3 or tuple(layout.chunk_shape[1:]) != tuple(arr.shape[1:]):
+        return None
+    codec = frame_codec(layout.codecs[0])
+    if codec is None or (codec.frames_per_chunk > 1 and len(layout.codecs) > 1):
+        return None
+    if make_writer(arr) is None:
+        return None
+    return codec
+
+
+def _same_chunks(a: Any, b: Any) -> bool:
+    la, lb = chunk_layout(a), chunk_layout(b)
+    return (la is not None and lb is not None and la.codecs == lb.codecs and la.chunk_shape == lb.chunk_shape
+            and la.dtype == lb.dtype and a.fill_value == b.fill_value)
+
+
+def splice_rows(backend: Any, group: str, name: str, start: int, pieces: Sequence[tuple[str, int, int]],
+                src_group: str | None = None) -> bool:
+    """Make rows ``[start, start + n)`` of ``group/name`` (a zarr array of ``backend``, a
+    :class:`~replaybuf_zarr.backend.ZarrBackend`) the rows ``pieces`` name — ``(array, a, b)``: rows
+    ``[a, b)`` of another array of ``src_group`` (default ``group``) with the same chunks and
+    codecs, in order, ``n`` rows in
+    all — by moving stored bytes, and end the array there (it is grown or shrunk to ``start + n``
+    rows).  ``start`` must be a multiple of the chunk length; rows before it in the same stored
+    object keep their bytes.
+
+    Returns True when done; False when the arrays are not spliceable (:func:`spliceable`, other
+    chunks or codecs, ``start`` off the chunk grid, a source chunk never written, a chunk needing
+    more segments than a video chunk holds): nothing was written then, or — for the last two, found
+    on the way — some objects were: the caller writes every row of the range itself."""
+    arr = backend.get_array(group, name)
+    codec = spliceable(arr)
+    layout = chunk_layout(arr)
+    if codec is None or layout is None:
+        return False
+    G = int(layout.chunk_shape[0])
+    start = int(start)
+    if start % G or start > arr.shape[0]:
+        return False
+    src_group = src_group or group
+    sources = {(src_group, src) for src, _, _ in pieces}
+    if (group, name) in sources:
+        return False
+    readers = {}
+    for g, src in sources | {(group, name)}:
+        other = backend.get_array(g, src)
+        if not _same_chunks(arr, other):
+            return False
+        backend._settle((g, src))
+        readers[(g, src)] = backend._reader(g, src)
+        if readers[(g, src)] is None:
+            return False
+    n = sum(int(b) - int(a) for _, a, b in pieces)
+    stop = start + n
+    L = int(layout.shard.shape[0]) if layout.shard is not None else G
+    first = (start // L) * L
+    runs = ([((group, name), first, start)] if first < start else []) + \
+        [((src_group, s), int(a), int(b)) for s, a, b in pieces if b > a]
+    writer = make_writer(arr)
+    if writer is None:
+        return False
+    per_object = L // G
+    raw: OrderedDict[tuple[Any, int], bytes | None] = OrderedDict()
+    tail = (0,) * (len(layout.chunk_shape) - 1)
+
+    def chunk_bytes(src: tuple[str, str], c: int) -> bytes | None:
+        key = (src, c)
+        if key not in raw:
+            raw[key] = readers[src]._raw_chunk((c,) + tail)
+            while len(raw) > 8:
+                raw.popitem(last=False)
+        return raw[key]
+
+    block: list[bytes] = []
+    block_first = first // G
+    window: list[tuple[bytes, int, int]] = []
+    filled = 0
+
+    def close_chunk() -> bool:
+        nonlocal window, filled, block, block_first
+        data = codec.splice_chunk(window, G)
+        if data is None:
+            return False
+        block.append(data)
+        window, filled = [], 0
+        if len(block) == per_object:
+            writer._store_objects(block_first, block)
+            block_first += len(block)
+            block = []
+        return True
+
+    for src, a, b in runs:
+        r = a
+        while r < b:
+            c = r // G
+            hi = min(b, (c + 1) * G, r + (G - filled))
+            data = chunk_bytes(src, c)
+            if data is None:
+                return False
+            window.append((data, r - c * G, hi - c * G))
+            filled += hi - r
+            r = hi
+            if filled == G and not close_chunk():
+                return False
+    if filled and not close_chunk():
+        return False
+    if block:
+        writer._store_objects(block_first, block)
+    backend._invalidate(group, name)
+    arr = backend.get_array(group, name)
+    if arr.shape[0] != stop:
+        arr.resize((stop,) + tuple(arr.shape[1:]))
+        backend._invalidate(group, name)
+    return True
+
+
+def write_into_partial_chunk(backend: Any, group: str, name: str, start: int, values: Any) -> int:
+    """Write the first rows of ``values`` that fall in the chunk holding row ``start`` of ``group/name``
+    — a video array (several frames a chunk) whose stored chunk already holds the rows before
+    ``start``, none after it (an append) — without decoding or encoding the rows already there: the
+    new rows are encoded as a segment of their own (padded to a GOP with their last frame, which the
+    segment does not keep) and joined to the chunk's stored segments
+    (:meth:`~replaybuf_zarr.codecs.video.VideoCodec.splice_chunk`).  Returns how many rows of
+    ``values`` it wrote (the caller writes the rest, from the next chunk on); 0 when this does not
+    apply (``start`` on the chunk grid, not a spliceable video array, the chunk never written, too
+    many segments): nothing written then.  Rows of the chunk after those written are padding (black
+    frames): the caller appends, it does not overwrite."""
+    import numpy as np
+
+    arr = backend.get_array(group, name)
+    codec = spliceable(arr)
+    layout = chunk_layout(arr)
+    if codec is None or layout is None or codec.frames_per_chunk <= 1:
+        return 0
+    G = int(layout.chunk_shape[0])
+    start = int(start)
+    c, r = divmod(start, G)
+    if not r or not len(values) or start + len(values) < min((c + 1) * G, int(arr.shape[0])):
+        return 0  # (rows after the write in its chunk would be lost: only appends and writes to the end)
+    L = int(layout.shard.shape[0]) if layout.shard is not None else G
+    first = (c * G // L) * L
+    tail = (0,) * (len(layout.chunk_shape) - 1)
+    reader = backend._reader(group, name)
+    if reader is None:
+        return 0
+    # the chunks after it in its stored object keep their bytes (rows the caller writes next, or
+    # padding): up to the first one never written
+    after = []
+    for j in range(c + 1, min(-(-int(arr.shape[0]) // G), (first + L) // G)):
+        raw = reader._raw_chunk((j,) + tail)
+        if raw is None:
+            break
+        after.append(raw)
+    before = [reader._raw_chunk((j,) + tail) for j in range(first // G, c + 1)]
+    if any(b is None for b in before):
+        return 0
+    k = min(len(values), G - r)
+    new = np.asarray(values[:k])
+    padded = np.concatenate([new, np.repeat(new[-1:], G - k, axis=0)]) if k < G else new
+    data = codec.splice_chunk([(before[-1], 0, r), (codec.encode_frame(padded), 0, k)], G)
+    if data is None:
+        return 0
+    writer = make_writer(arr)
+    if writer is None:
+        return 0
+    writer._store_objects(first // G, before[:-1] + [data] + after)
+    backend._forget((group, name), c * G, (c + 1) * G)
+    return k

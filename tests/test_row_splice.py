@@ -1,0 +1,168 @@
+"""Moving rows of camera frames as stored bytes (:mod:`replaybuf_zarr.row_splice`): a video chunk
+re-cut from its packets decodes to exactly the frames it was cut from; one-frame codecs move whole
+chunks; what cannot be moved so says False and writes nothing.
+
+Expected frames come from decoding the source chunks whole (``decode_frame``) and slicing NumPy
+arrays, never from the splice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaybuf_zarr.codecs.video_chunk import BLANK_CODEC, MAX_SEGMENTS, Segment, pack_chunk, splice, unpack_chunk
+
+av = pytest.importorskip("av")
+
+from replaybuf_zarr.codecs.video import VideoCodec  # noqa: E402  (needs PyAV)
+
+H, W = 32, 48
+
+
+def _frames(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:H, 0:W]
+    out = [np.stack([(x * 5 + 9 * i) % 256, (y * 7 + 3 * i) % 256, (x + y + 20 * i) % 256], -1) for i in range(n)]
+    return np.clip(np.stack(out) + rng.integers(0, 30, (n, H, W, 3)), 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def chunks():
+    """Three chunks of 8 frames, x264 with B-frames (preset medium): their bytes and decoded frames."""
+    codec = VideoCodec(gop=8, tune="")
+    data = [codec.encode_frame(_frames(8, seed)) for seed in range(3)]
+    return codec, data, [codec.decode_frame(d, (8, H, W, 3)) for d in data]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 7), st.integers(1, 8)), min_size=1, max_size=4))
+def test_a_recut_video_chunk_decodes_to_the_frames_it_was_cut_from(chunks, cuts):
+    codec, data, decoded = chunks
+    pieces, want, n = [], [], 0
+    for c, lo, length in cuts:
+        hi = min(8, lo + length, lo + 8 - n)
+        if hi <= lo:
+            continue
+        pieces.append((data[c], lo, hi))
+        want.append(decoded[c][lo:hi])
+        n += hi - lo
+    if not pieces:
+        return
+    out = codec.splice_chunk(pieces, 8)
+    expect = np.concatenate(want + [np.zeros((8 - n, H, W, 3), np.uint8)])  # black padding past the pieces
+    np.testing.assert_array_equal(codec.decode_frame(out, (8, H, W, 3)), expect)
+    rows = sorted({0, n - 1, 7})
+    np.testing.assert_array_equal(codec.decode_rows(out, (8, H, W, 3), rows), expect[rows])
+    # each segment keeps the packets it was cut from: no frame was encoded
+    packets = {p for d in data for s in unpack_chunk(d) for p in s.packets}
+    assert all(p in packets for s in unpack_chunk(out) if s.codec != BLANK_CODEC for p in s.packets)
+
+
+def test_pieces_continuing_one_segment_are_joined(chunks):
+    codec, data, decoded = chunks
+    segs = unpack_chunk(codec.splice_chunk([(data[0], 0, 3), (data[0], 3, 8)], 8))
+    assert [(s.skip, s.take) for s in segs] == [(0, 8)]
+    assert codec.splice_chunk([(data[0], 0, 8)], 8) == data[0]  # a whole chunk is its own bytes
+
+
+def test_more_segments_than_a_chunk_holds_is_none():
+    a = Segment("h264", b"", 0, 1, (b"a",))
+    b = Segment("h264", b"", 0, 1, (b"b",))
+    pieces = [([a], 0, 1) if i % 2 else ([b], 0, 1) for i in range(MAX_SEGMENTS + 1)]
+    assert splice(pieces, MAX_SEGMENTS + 1) is None
+    assert len(splice(pieces[:MAX_SEGMENTS], MAX_SEGMENTS)) == MAX_SEGMENTS
+    with pytest.raises(ValueError, match="hold 3 frames, a chunk holds 2"):
+        splice([([a], 0, 1)] * 3, 2)
+    assert pack_chunk(splice([([a], 0, 1)], 3))  # padded with one blank segment of 2 frames
+    assert [(s.codec, s.take) for s in splice([([a], 0, 1)], 3)] == [("h264", 1), (BLANK_CODEC, 2)]
+
+
+def test_one_frame_codecs_move_whole_chunks_only():
+    from replaybuf_zarr.codecs import JpegCodec
+
+    codec = JpegCodec()
+    assert codec.splice_chunk([(b"jpeg-bytes", 0, 1)], 1) == b"jpeg-bytes"
+    assert codec.splice_chunk([(b"x", 0, 1), (b"y", 0, 1)], 2) is None
+
+
+def _backend(tmp_path, codec, n, shards=None, seed=0):
+    from replaybuf_zarr.backend import ZarrBackend
+
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="a")
+    data = root.require_group("data")
+    root.require_group("meta")
+    frames = _frames(n, seed)
+    g = codec.frames_per_chunk
+    data.create_array("src", shape=frames.shape, dtype=np.uint8, chunks=(g, H, W, 3), shards=shards,
+                      serializer=codec, compressors=None)[:] = frames
+    data.create_array("dst", shape=(0, H, W, 3), dtype=np.uint8, chunks=(g, H, W, 3), shards=shards,
+                      serializer=codec, compressors=None)
+    return ZarrBackend(root), frames
+
+
+@pytest.mark.parametrize("shards", [None, (16, H, W, 3)])
+def test_splice_rows_moves_video_rows_and_ends_the_array_there(tmp_path, shards):
+    b, frames = _backend(tmp_path, VideoCodec(gop=4), 30, shards=tuple(shards) if shards else None)
+    ref = np.asarray(b.read("data", "src", 0, 30))  # the stored frames, decoded
+    assert b.can_splice("data", "dst")
+    assert b.splice_rows("data", "dst", 0, [("src", 3, 9), ("src", 20, 27)])
+    assert b.shape("data", "dst")[0] == 13
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "s.zarr"))["data/dst"][:],
+                                  np.concatenate([ref[3:9], ref[20:27]]))
+    # from row 8 on (rows before it in its shard keep their bytes), shorter: the array ends at 10
+    assert b.splice_rows("data", "dst", 8, [("src", 0, 2)])
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "s.zarr"))["data/dst"][:],
+                                  np.concatenate([ref[3:9], ref[20:22], ref[0:2]]))
+
+
+def test_what_cannot_be_spliced_says_false_and_writes_nothing(tmp_path):
+    from replaybuf_zarr.codecs import JpegCodec
+
+    b, _ = _backend(tmp_path, VideoCodec(gop=4), 12)
+    assert b.splice_rows("data", "dst", 0, [("src", 0, 4)])
+    before = zarr.open_group(str(tmp_path / "s.zarr"))["data/dst"][:]
+    assert not b.splice_rows("data", "dst", 2, [("src", 0, 4)])  # off the chunk grid
+    assert not b.splice_rows("data", "dst", 0, [("dst", 0, 2)])  # from itself
+    b.native_group("data").create_array("jpeg", shape=(12, H, W, 3), dtype=np.uint8, chunks=(1, H, W, 3),
+                                        serializer=JpegCodec(), compressors=None)
+    assert not b.splice_rows("data", "dst", 0, [("jpeg", 0, 4)])  # other codecs
+    np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "s.zarr"))["data/dst"][:], before)
+    b.native_group("data").create_array("num", shape=(12, 3), dtype=np.float32, chunks=(4, 3))
+    assert not b.can_splice("data", "num")
+
+
+def test_an_append_after_a_partial_gop_keeps_the_stored_frames(tmp_path):
+    """A writer session ends mid-GOP (6 frames in GOPs of 4); the next session's appends — one
+    add_episode at a time, and through a writer — leave the frames already stored bit for bit (was:
+    the partial GOP decoded and encoded again, ~20 levels off)."""
+    from replaybuf_core import ReplayBuffer
+
+    seeds = iter(range(100))
+
+    def ep(n):
+        return {"img": _frames(n, next(seeds)), "x": np.arange(n, dtype=np.float32)}
+
+    path = tmp_path / "v.zarr"
+    rb = ReplayBuffer.create_empty("zarr", str(path))
+    with rb.writer(frames="img=video:g4") as w:
+        w.add_episode(ep(6))
+    rb.close()
+    first = zarr.open_group(str(path), mode="r")["data/img"][:]
+    with ReplayBuffer(str(path)) as rb:
+        new = ep(3)
+        rb.add_episode(new)
+        rb.add_episode(ep(1))
+        with rb.writer() as w:
+            w.add_episode(ep(5))
+    now = zarr.open_group(str(path), mode="r")["data/img"][:]
+    assert now.shape[0] == 15
+    np.testing.assert_array_equal(now[:6], first)
+    # the appended frames went through the codec once (lossy), like any appended frames
+    assert np.abs(now[6:9].astype(int) - new["img"]).mean() < 8
+    with ReplayBuffer(str(path)) as rb:  # a write into the middle of a chunk is not an append: as before
+        rb.store.write("data", "img", 5, now[5:6])
+    assert zarr.open_group(str(path), mode="r")["data/img"][6:8].shape == (2, H, W, 3)

@@ -35,6 +35,7 @@ from replaybuf_core.protocol import (
 
 from .chunk_cache import DEFAULT_CACHE_BYTES, ChunkCache
 from .chunk_reader import ChunkReader, make_reader
+from .empty_chunks import storing_empty_chunks
 from . import reader_holds
 from .object_store import store_options, store_url
 from .row_gather import RowsRead
@@ -222,17 +223,14 @@ class ZarrBackend(StoredBytes):
         if cached is not None:
             return cached
         try:
-            # every chunk is stored, even one equal to the fill value (zarr 3 skips those by default):
-            # `verify` can then tell a deleted chunk from one never written
-            with zarr.config.set({"array.write_empty_chunks": True}):
-                arr = self._group(group)[name]
+            arr = self._group(group)[name]
         except KeyError:
             raise KeyError(f"no array {group}/{name} in the zarr store") from None
         except (ValueError, TypeError, RuntimeError) as exc:
             raise node_error(group, name, exc) from exc
         if not isinstance(arr, zarr.Array):
             raise KeyError(f"{group}/{name} is a group, not an array")
-        self._arrays[(group, name)] = arr
+        arr = self._arrays[(group, name)] = storing_empty_chunks(arr)  # so `verify` finds every chunk
         return arr
 
     @_whole

@@ -383,6 +383,7 @@ def test_mixture_check_prints_keys_shapes_weights_steps_and_padding(stores, tmp_
     assert main(["mixture", "check", str(f)]) == 0
     out = capsys.readouterr().out
     assert "3 sources, 34 samples an epoch (every window once)" in out
+    assert "block 1, span all," in out  # the default: one permutation of every block (was "span None")
     assert "action: float32 (5,), 3 steps" in out and "state: float32 (5,), anchor step" in out
     assert "a: state, 3 of 5 entries, padded with 0 (state_dim_is_pad)" in out
     assert "c: filled with 0 (action_is_pad)" in out

@@ -167,12 +167,12 @@ def test_a_store_made_by_synth_or_copy_starts_with_its_first_version(tmp_path):
                    timeout=300)
     subprocess.run(cli + ["copy", str(src), str(dst), "--no-progress"], check=True, capture_output=True,
                    timeout=300)
-    for path, command in ((src, f"replaybuf synth circle {src} --episodes 3"),
-                          (dst, f"replaybuf copy {src} {dst} --no-progress")):
+    for path, command, kind in ((src, f"replaybuf synth circle {src} --episodes 3", "append"),  # it appends
+                                (dst, f"replaybuf copy {src} {dst} --no-progress", "copy")):
         meta = zarr.open_group(str(path), mode="r")["meta"]
         ends = np.asarray(meta["episode_ends"][:])
         (rec,) = meta.attrs["replaybuf_versions"]
-        assert (rec["id"], rec["kind"], rec["command"]) == (0, "append", command)
+        assert (rec["id"], rec["kind"], rec["command"]) == (0, kind, command)
         assert (rec["n_episodes"], rec["n_steps"]) == (3, int(ends[-1])) and ends.size == 3
     out = subprocess.run(cli + ["log", str(dst)], check=True, capture_output=True, text=True, timeout=300).stdout
     assert out.split()[0] == "0" and f"$ replaybuf copy {src} {dst}" in out
@@ -510,7 +510,7 @@ def test_a_merge_is_one_version_and_a_copy_over_a_store_with_versions_starts_a_n
             rb.add_episode(e)
     assert main(["merge", str(a), str(b), str(m), "--no-progress"]) == 0
     (rec,) = zarr.open_group(str(m), mode="r")["meta"].attrs["replaybuf_versions"]
-    assert (rec["id"], rec["n_episodes"]) == (0, 7)
+    assert (rec["id"], rec["n_episodes"], rec["kind"]) == (0, 7, "merge")
     with ReplayBuffer(str(a)) as rb:
         versions.tag(rb.store, "mine")
         rb.delete_episodes([0])
@@ -518,7 +518,7 @@ def test_a_merge_is_one_version_and_a_copy_over_a_store_with_versions_starts_a_n
     ReplayBuffer.copy_from_store(str(b), store=LocalStore(str(a)), if_exists="replace").close()
     meta = zarr.open_group(str(a), mode="r")["meta"]
     (rec,) = meta.attrs["replaybuf_versions"]
-    assert (rec["id"], rec["n_episodes"], meta.attrs["replaybuf_tags"]) == (0, 4, {})
+    assert (rec["id"], rec["n_episodes"], rec["kind"], meta.attrs["replaybuf_tags"]) == (0, 4, "copy", {})
     assert not list(zarr.open_group(str(a), mode="r")["versions"].array_keys())
     _same(_content(a, 0), eps_b)
     with pytest.raises(VersionNotFoundError):

@@ -119,8 +119,12 @@ def test_list_scrub_compare_pixels_and_mark_two_episodes(page, pusht, source):
         assert page.is_checked("tr[data-episode='3'] input.mark")
         assert page.inner_text("#mark-count") == "2 marked"
         page.fill("#mask-name", "bad")
-        page.wait_for_function("document.querySelector('#commands').textContent.includes('edit delete')")
-        assert f"replaybuf edit delete {pusht} 3 7" in page.inner_text("#commands")
+        # the commands follow the marks after a short delay and a request: wait for both marks' line
+        # (waiting for any "edit delete" passed on the line of episode 3 alone, and failed CI once)
+        delete_line = f"replaybuf edit delete {pusht} 3 7"
+        page.wait_for_function("(line) => document.querySelector('#commands').textContent.includes(line)",
+                               arg=delete_line)
+        assert delete_line in page.inner_text("#commands")
         page.click("#save-mask")
         page.wait_for_selector("#save-status[data-saved='meta/mask.bad']")
     import zarr

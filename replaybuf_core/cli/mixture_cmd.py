@@ -23,8 +23,9 @@ def register(sub) -> None:
 
 def _text(d: dict, origin: str) -> str:
     kind = "weighted draws" if d["weighted"] else "every window once"
+    span = "all" if d["span"] is None else d["span"]  # None: all blocks in one permutation
     lines = [f"mixture {origin}: {len(d['sources'])} sources, {d['samples_per_epoch']:,} samples an epoch "
-             f"({kind}), seed {d['seed']}, block {d['block']}, span {d['span']}, fingerprint {d['fingerprint']}",
+             f"({kind}), seed {d['seed']}, block {d['block']}, span {span}, fingerprint {d['fingerprint']}",
              "", "sources:"]
     for s in d["sources"]:
         fps = f"{s['fps']:g} fps" if s["fps"] is not None else "fps -"

@@ -166,7 +166,7 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
         finally:
             self._release_lock()
 
-    def _note_appends(self, message: str | None = None) -> None:
+    def _note_appends(self, message: str | None = None, kind: str = "append") -> None:
         """Record the episodes appended since this buffer opened (or since the last version) as one
         version (:func:`~replaybuf_core.store.versions.note_appends`); a failure is a warning (the
         episodes are committed whatever the log says)."""
@@ -182,7 +182,7 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
             return
         try:
             with self._mutex:
-                versions.note_appends(self._store, self._n_ep, self.n_steps, message)
+                versions.note_appends(self._store, self._n_ep, self.n_steps, message, kind=kind)
                 self._persist()
             self._counts_at_open = (self._n_ep, self.n_steps)
         except Exception as exc:  # noqa: BLE001 - the log is bookkeeping; the data is committed

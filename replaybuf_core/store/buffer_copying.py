@@ -346,4 +346,4 @@ def _record_copy(dst: StorageBackend, n_episodes: int, n_steps: int, if_exists: 
         if dst.has_group(VERSIONS_GROUP):  # no version names them now, and nobody reads them
             delete_unread_undos(dst, [], dict, [])
         dst.set_attrs("meta", {VERSIONS: [], TAGS: {}})
-    note_appends(dst, n_episodes, n_steps)
+    note_appends(dst, n_episodes, n_steps, kind="copy")

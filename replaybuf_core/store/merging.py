@@ -142,7 +142,8 @@ class StoreMerging:
                         out.store.resize("meta", m, rows.shape[0])
                         out.store.write("meta", m, 0, rows)
                     n_episodes, n_steps = out.n_episodes, out.n_steps
-                    out._note_appends(f"merge of {len(buffers)} stores: {n_episodes} episodes, {n_steps} steps")
+                    out._note_appends(f"merge of {len(buffers)} stores: {n_episodes} episodes, {n_steps} steps",
+                                      kind="merge")
             return {"n_episodes": n_episodes, "n_steps": n_steps, "meta_merged": merged, "meta_left_out": left_out,
                     "notes": notes}
         finally:

@@ -29,8 +29,9 @@ last episode of a store that keeps versions is an edit.
 
 Appends are recorded as one version per writable session that added episodes (at ``close``, or
 before an edit, a tag or a restore), not one per episode: a recording of 1,000 episodes is one
-version.  A store made by a copy (``save_to_path``, ``replaybuf copy``, ``synth``) records its content as
-version 0 under the command that made it.  A store written before versions existed gets its first
+version.  A store made by a copy (``save_to_path``, ``replaybuf copy``; kind ``copy``), a merge (``merge``)
+or ``synth`` (``append``) records its content as version 0 under the command that made it.  A store
+written before versions existed gets its first
 record when it is first edited.
 """
 
@@ -143,10 +144,11 @@ def record(versions: list[dict], kind: str, message: str, n_episodes: int, n_ste
 
 
 def note_appends(store: StorageBackend, n_episodes: int, n_steps: int, message: str | None = None,
-                 force: bool = False) -> list[dict]:
-    """Record the appends committed since the last version (one ``append`` version), when the
-    store's committed content (``n_episodes``, ``n_steps``) is not the last version's; with
-    ``force`` also a store without versions gets its first record.  Returns the log as stored."""
+                 force: bool = False, kind: str = "append") -> list[dict]:
+    """Record the appends committed since the last version (one version of ``kind``: ``append``, or
+    ``copy`` / ``merge`` for what those commands made), when the store's committed content
+    (``n_episodes``, ``n_steps``) is not the last version's; with ``force`` also a store without
+    versions gets its first record.  Returns the log as stored."""
     versions = log(store)
     last = versions[-1] if versions else None
     if last is not None and (int(last["n_episodes"]), int(last["n_steps"])) == (int(n_episodes), int(n_steps)):
@@ -154,10 +156,10 @@ def note_appends(store: StorageBackend, n_episodes: int, n_steps: int, message: 
     if last is None and not force and not n_episodes:
         return versions
     if last is None:
-        kind, msg = "append", message or f"{n_episodes} episodes, {n_steps} steps"
+        msg = message or f"{n_episodes} episodes, {n_steps} steps"
     else:
         added = int(n_episodes) - int(last["n_episodes"])
-        kind, msg = "append", message or f"{added:+d} episodes ({n_episodes} episodes, {n_steps} steps)"
+        msg = message or f"{added:+d} episodes ({n_episodes} episodes, {n_steps} steps)"
     record(versions, kind, msg, n_episodes, n_steps)
     store.set_attrs("meta", {VERSIONS: versions})
     return versions

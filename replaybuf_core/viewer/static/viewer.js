@@ -56,13 +56,16 @@ function updateMarkPanel() {
   clearTimeout(commandsTimer);
   commandsTimer = setTimeout(showCommands, 150);
 }
+let commandsAsked = 0;  // a slower, older answer must not overwrite the newest marks' commands
 async function showCommands() {
+  const asked = ++commandsAsked;
   if (!state.marks.size) { $("#commands").textContent = ""; return; }
   try {
     const q = new URLSearchParams({ name: maskName(), episodes: sortedMarks().join(",") });
     const c = await api("/api/commands?" + q);
+    if (asked !== commandsAsked) return;
     $("#commands").textContent = `# delete the marked episodes:\n${c.delete}\n# keep only them (after saving the mask):\n${c.keep}`;
-  } catch (e) { $("#commands").textContent = e.message; }
+  } catch (e) { if (asked === commandsAsked) $("#commands").textContent = e.message; }
 }
 async function saveMask() {
   const status = $("#save-status");

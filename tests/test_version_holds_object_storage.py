@@ -122,6 +122,18 @@ def test_a_reader_that_cannot_write_its_hold_reads_on_and_says_so(s3_server, mon
     assert any("without a hold" in r.getMessage() for r in caplog.records)
 
 
+def test_a_reader_with_a_bad_lease_setting_is_refused_naming_it(s3_server, monkeypatch, caplog):
+    """A bad ``REPLAYBUF_LEASE_SECONDS`` is the user's to fix: an error naming it, not a warning and a
+    read without a hold (which ``gc`` elsewhere cannot see)."""
+    url = s3_server.new_url()
+    _store(url)
+    monkeypatch.setenv("REPLAYBUF_LEASE_SECONDS", "-5")
+    with pytest.raises(ValueError, match="REPLAYBUF_LEASE_SECONDS='-5'"):
+        ReplayBuffer(url, version=0)
+    assert not any("without a hold" in r.getMessage() for r in caplog.records)
+    assert _holds(url) == []
+
+
 @pytest.mark.parametrize("where", ["s3", "disk"])
 def test_a_forked_child_closing_the_reader_it_inherited_leaves_the_parents_hold(s3_server, tmp_path, where):
     """A DataLoader worker forked from a process reading a version may drop (close) the buffer it

@@ -490,7 +490,8 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
 def _open_version(store: StorageBackend, version: Any) -> Any:
     """``store`` (read-only) as version ``version`` (:class:`~replaybuf_core.store.version_view.VersionView`),
     held against ``gc`` while open (a local directory's lock file, an object store's renewed hold:
-    :mod:`.version_readers`).  Raises VersionNotFoundError."""
+    :mod:`.version_readers`).  Raises VersionNotFoundError, and ValueError for a bad setting of the
+    hold (``REPLAYBUF_LEASE_SECONDS``); a hold the store refuses (no write rights) is a warning."""
     from .version_readers import hold_store
     from .version_view import VersionView
     from .versions import find, log
@@ -503,6 +504,8 @@ def _open_version(store: StorageBackend, version: Any) -> Any:
     try:
         held = hold_store(store, where, vid)
     except Exception as exc:
+        if isinstance(exc, ValueError):  # bad settings (e.g. REPLAYBUF_LEASE_SECONDS): the user's to fix
+            raise
         if where is None or not isinstance(exc, OSError):  # an object store this reader cannot write to
             logger.warning("reading version %s without a hold (%s): a gc elsewhere cannot see this reader",
                            version, exc)

@@ -347,7 +347,7 @@ class ZarrBackend(StoredBytes):
             obj = (arr.shards or arr.chunks)[0] if self.zarr_format == 3 else arr.chunks[0]
             tail_end = min(old, -(-n_rows // obj) * obj)
             if tail_end > n_rows:
-                fill = arr.fill_value
+                fill = arr.fill_value if arr.fill_value is not None else 0  # v2's null: any value; zeros
                 arr[n_rows:tail_end] = np.full((tail_end - n_rows,) + arr.shape[1:], fill, dtype=arr.dtype) \
                     if not _is_string_dtype(np.dtype(self.dtype(group, name))) else \
                     np.full((tail_end - n_rows,) + arr.shape[1:], "", dtype=object)

@@ -490,16 +490,19 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
 def _open_version(store: StorageBackend, version: Any) -> Any:
     """``store`` (read-only) as version ``version`` (:class:`~replaybuf_core.store.version_view.VersionView`),
     held against ``gc`` while open (a local directory's lock file, an object store's renewed hold:
-    :mod:`.version_readers`).  Raises VersionNotFoundError, and ValueError for a bad setting of the
+    :mod:`.version_readers`).  Raises VersionNotFoundError (also for a version an edit after it kept
+    no undo for: :func:`~.versions.require_kept`), and ValueError for a bad setting of the
     hold (``REPLAYBUF_LEASE_SECONDS``); a hold the store refuses (no write rights) is a warning."""
     from .version_readers import hold_store
     from .version_view import VersionView
-    from .versions import find, log
+    from .versions import find, log, require_kept
 
     # one log read per look, its index used in it: gc may shorten the log between two reads, and an
     # index read in one log names another version in the next
     versions = log(store)
-    vid = int(versions[find(store, version, versions)]["id"])  # (an unknown version is refused before anything is held)
+    index = find(store, version, versions)
+    require_kept(versions, index)  # (an unknown or unkept version is refused before anything is held)
+    vid = int(versions[index]["id"])
     where = locking.lock_dir_of(store)
     try:
         held = hold_store(store, where, vid)

@@ -157,15 +157,18 @@ class EpisodeEditing:
         Returns an :class:`~replaybuf_core.store.lossy_frames.EditReport`.
 
         Raises:
-            VersionNotFoundError (a KeyError): no such version (names the known ones and the tags).
+            VersionNotFoundError (a KeyError): no such version (names the known ones and the tags), or
+                one an edit after it kept no undo for (a backend without versions: zarr v2, HDF5).
             ValueError: the version's undo is not in this store (a copy without its versions group).
             ReadOnlyError, RuntimeError (a writer is open).  KeyboardInterrupt or an error raised
             mid-restore: re-raised once it is rolled back (see :meth:`delete_episodes`).
         """
         from .version_view import RestoreTarget
-        from .versions import find, log, note_appends
+        from .versions import find, log, note_appends, require_kept
 
         self._require_writable()
+        known = log(self._store)
+        require_kept(known, find(self._store, version, known))  # validate before recording anything
         note_appends(self._store, self._n_ep, self.n_steps)  # what is there now is a version too
         self._persist()
         self._counts_at_open = (self._n_ep, self.n_steps)

@@ -46,7 +46,7 @@ import numpy as np
 
 from replaybuf_core.protocol import StorageBackend
 
-__all__ = ["DELTA_PREFIX", "RECORD_FIELDS", "TAGS", "VERSIONS", "GcReport", "VersionNotFoundError", "delete_unread_undos", "find", "gc",
+__all__ = ["APPEND_KINDS", "DELTA_PREFIX", "RECORD_FIELDS", "TAGS", "VERSIONS", "GcReport", "VersionNotFoundError", "delete_unread_undos", "find", "gc", "require_kept",
            "keeps_versions", "late_reader_undos",
            "log", "note_appends", "public_record", "record", "tag", "tags"]
 
@@ -197,6 +197,25 @@ def find(store: StorageBackend, version: Any, versions: list[dict] | None = None
     raise VersionNotFoundError(f"the store has no version {version!r}: it has {known}"
                                + (f" and tags {sorted(names)}" if names else " and no tags")
                                + (" (gc may have dropped older ones)" if ids and ids[0] else ""))
+
+
+#: kinds of version that only add rows after the version before them (it is their prefix: no undo needed)
+APPEND_KINDS = frozenset({"append", "copy", "merge"})
+
+
+def require_kept(versions: list[dict], index: int) -> None:
+    """Check that version ``versions[index]`` can be read or restored: every edit after it kept the
+    rows it changed (an ``undo``).  A backend without a versions group (zarr v2 stores, HDF5) logs
+    its edits but keeps no undo, so the versions before an edit are gone from it.
+
+    Raises VersionNotFoundError naming the version and the edit that did not keep it."""
+    for j in range(int(index), len(versions) - 1):
+        after = versions[j + 1]
+        if after.get("kind") not in APPEND_KINDS and not isinstance(versions[j].get("undo"), dict):
+            raise VersionNotFoundError(
+                f"version {versions[index]['id']} cannot be read or restored: the {after.get('kind')} that made "
+                f"version {after['id']} kept no copy of the rows it changed (this store's backend keeps no "
+                f"older versions: a zarr v2 store or HDF5; `replaybuf log` still lists them)")
 
 
 def tag(store: StorageBackend, name: str, version: Any = -1) -> int:

@@ -4,8 +4,8 @@ zarr 3 skips writing a chunk whose values all equal the fill value (``write_empt
 default), so a missing chunk object would be ambiguous; with every chunk stored, ``verify`` can tell a
 deleted chunk from one never written.  The setting is given per array (its runtime config), never
 through ``zarr.config.set``: that config is process-wide, and one thread leaving a ``config.set`` block
-resets it under another thread's open (a trial with two writers in one process lost an all-zero chunk
-that way).
+resets it under another thread's open (the likely cause of an all-zero chunk a threaded trial with two
+writers in one process once lost).
 """
 
 from __future__ import annotations

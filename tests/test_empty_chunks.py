@@ -1,10 +1,10 @@
 """Every chunk of a zarr store is written, even one equal to the fill value, whatever other threads of
-the process do with zarr's process-wide config.  A threaded SIGSTOP trial on s3:// (two writers in one
-process) once ended with ``verify`` saying chunk 0 of ``data/obs`` was missing: an all-zero chunk
-rewritten through zarr-python (a write not covering whole chunks, the path every object-store write
-takes) was deleted, as zarr does with ``write_empty_chunks`` off.  The backend had turned the setting on
-for its opens through zarr's process-wide config, and one thread leaving its ``zarr.config.set`` block
-turned it off again under another thread's open."""
+the process do with zarr's process-wide config.  The backend turned ``write_empty_chunks`` on for its
+opens through that config, and one thread leaving its ``zarr.config.set`` block turned it off again
+under another thread's open: an all-zero chunk rewritten through zarr-python (the path every
+object-store write takes) was then deleted, as zarr does with the setting off — the likely cause of a
+threaded SIGSTOP trial on s3:// (two writers in one process) that once ended with ``verify`` saying
+chunk 0 of ``data/obs`` was missing."""
 
 from __future__ import annotations
 

@@ -31,8 +31,7 @@ Appends are recorded as one version per writable session that added episodes (at
 before an edit, a tag or a restore), not one per episode: a recording of 1,000 episodes is one
 version.  A store made by a copy (``save_to_path``, ``replaybuf copy``; kind ``copy``), a merge (``merge``)
 or ``synth`` (``append``) records its content as version 0 under the command that made it.  A store
-written before versions existed gets its first
-record when it is first edited.
+written before versions existed gets its first record when it is first edited.
 """
 
 from __future__ import annotations

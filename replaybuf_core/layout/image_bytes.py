@@ -20,11 +20,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 
+from .import_sessions import ImportSessions
 from .video_packets import _digest
 
 __all__ = ["register", "claim", "registered", "session", "clear", "MAX_BYTES"]
@@ -35,7 +34,6 @@ MAX_BYTES = 256 * 2**20
 _lock = threading.Lock()
 _records: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
 _bytes = 0
-_sessions = 0
 
 
 def register(frame: np.ndarray, data: bytes, fmt: str = "jpeg") -> None:
@@ -77,27 +75,15 @@ def clear() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _bytes, _sessions
+    global _lock, _bytes
     _lock = threading.Lock()
     _records.clear()
-    _bytes = _sessions = 0
+    _bytes = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@contextmanager
-def session() -> Iterator[None]:
-    """Hold records for the duration of an import (all dropped when the last session in this process
-    ends)."""
-    global _sessions
-    with _lock:
-        _sessions += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _sessions -= 1
-            last = _sessions == 0
-        if last:
-            clear()
+#: open imports; the records are dropped when the last one ends
+_sessions = ImportSessions(clear)
+session = _sessions.session

@@ -25,12 +25,11 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .import_sessions import ImportSessions
 __all__ = ["GopPackets", "PacketRecord", "register", "claim", "clear", "session", "registered_frames", "BLANK"]
 
 #: Frames whose records are kept at most (oldest evicted first).
@@ -67,7 +66,6 @@ _records: OrderedDict[bytes, deque[PacketRecord]] = OrderedDict()
 _digest_of: dict[tuple[GopPackets, int], bytes] = {}  # (GOP, frame) -> the digest of its pixels
 _order: deque[tuple[bytes, int, PacketRecord]] = deque()  # (digest, packet bytes, record) in registration order
 _bytes = 0
-_sessions = 0
 
 
 def _digest(frame: np.ndarray) -> bytes:
@@ -188,29 +186,17 @@ def clear() -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child starts with no records and a fresh lock (another thread may have held it)."""
-    global _lock, _bytes, _sessions
+    global _lock, _bytes
     _lock = threading.Lock()
     _records.clear()
     _digest_of.clear()
     _order.clear()
-    _bytes = _sessions = 0
+    _bytes = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@contextmanager
-def session() -> Iterator[None]:
-    """Hold records for the duration of an import: they are all dropped when the last session open
-    in this process ends (imports running side by side keep each other's)."""
-    global _sessions
-    with _lock:
-        _sessions += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _sessions -= 1
-            last = _sessions == 0
-        if last:
-            clear()
+#: open imports; the records are dropped when the last one ends
+_sessions = ImportSessions(clear)
+session = _sessions.session

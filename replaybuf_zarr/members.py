@@ -113,6 +113,7 @@ def list_children(store: Any, prefix: str) -> list[str]:
 
 
 def local_root(store: Any) -> Path | None:
+    """The directory of ``store`` when it is a zarr ``LocalStore``, else None (memory, object storage)."""
     from zarr.storage import LocalStore
 
     if isinstance(store, LocalStore):

@@ -75,6 +75,11 @@ class SpanJob:
 
 @dataclass
 class SpanResult:
+    """What a worker reports for rows ``[start, stop)`` of ``key``: the check's ``problems`` (empty: the
+    rows read back as the source), the first bad row, per-episode squared error and pixel count of a
+    lossy key (``episode_sse``: episode -> (SSE, values)), a lossless codec that was not, and the
+    source's notes."""
+
     key: str
     start: int
     stop: int

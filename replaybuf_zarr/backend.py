@@ -536,8 +536,10 @@ class ZarrBackend(StoredBytes):
 
     @_whole
     def set_attrs(self, group, attrs: Mapping[str, Any]):
+        """Set ``attrs`` in one write of ``group``'s ``zarr.json`` (a kill leaves all or none; zarr's
+        ``attrs.update`` writes once per key)."""
         self._check_writable()
-        self._group(group).attrs.update(dict(attrs))
+        self._group(group).update_attributes(dict(attrs))
 
     def flush(self):
         """Wait for every background write (:meth:`write_async`)."""

@@ -315,18 +315,77 @@ def test_a_sigkill_at_any_instant_of_edit_restore_or_gc_loses_no_committed_versi
             time.sleep(rng.uniform(0, durations[0] * 1.2))
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=60)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # (what recovery rolled back)
-            ReplayBuffer(str(path)).close()  # the writable open rolls back what the kill cut
-        now = _content(path)
-        before_op = len(now) == len(states[1]) and np.array_equal(now[0]["x"], states[1][0]["x"])
-        _same(now, states[1] if before_op else after)
-        with ReplayBuffer(str(path), read_only=True) as rb:
-            log = versions.log(rb.store)
-        for v in log:
-            want = states.get(v["id"], after)  # a new version (2) is the op's result
-            _same(_content(path, v["id"]), want)
-        assert not (path / "data" / "_temp_undo.img").exists()
+        _recovers_to_a_version(path, states, after)
+
+
+def _recovers_to_a_version(path: Path, states: dict[int, list[dict]], after: list[dict]) -> None:
+    """The next writable open of ``path`` (a store whose op was killed) finds it at the version before
+    the op (``states[1]``) or after it (``after``), and every version its log lists reads as ``states``
+    says (a new version, 2, is the op's result)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (what recovery rolled back)
+        ReplayBuffer(str(path)).close()  # the writable open rolls back what the kill cut
+    now = _content(path)
+    before_op = len(now) == len(states[1]) and np.array_equal(now[0]["x"], states[1][0]["x"])
+    _same(now, states[1] if before_op else after)
+    with ReplayBuffer(str(path), read_only=True) as rb:
+        log = versions.log(rb.store)
+    for v in log:
+        _same(_content(path, v["id"]), states.get(v["id"], after))
+    assert not (path / "data" / "_temp_undo.img").exists()
+
+
+#: the op of _KILL_CHILD, killed (SIGKILL, by itself) right after its N-th write of a ``zarr.json`` or
+#: deletion (argv[3]; 0: never, and it prints how many it made)
+_KILL_AT_WRITE_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from zarr.storage import LocalStore
+    n_kill, writes = int(sys.argv[3]), []
+    def counted(plain, name):
+        async def verb(self, key, *args):
+            await plain(self, key, *args)
+            if writes is not None and (name != "set" or key.endswith("zarr.json")):
+                writes.append(key)
+                if len(writes) == n_kill:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return verb
+    for name in ("set", "delete", "delete_dir"):
+        setattr(LocalStore, name, counted(getattr(LocalStore, name), name))
+    sys.argv = sys.argv[:3]
+    code = sys.stdin.read()
+    writes = None  # (the open's writes do not count)
+    exec(code.replace('print("ready", flush=True)', 'print("ready", flush=True); writes = []').replace(
+        'print("done", flush=True)', 'print("done", len(writes), flush=True)'))
+""")
+
+
+@pytest.mark.slow  # about 40 SIGKILLs
+@pytest.mark.parametrize("op", ["delete", "restore", "gc"])
+def test_a_sigkill_after_each_metadata_write_or_deletion_of_edit_restore_or_gc_loses_no_committed_version(tmp_path, op):
+    """As the random-instant trial above, but killed right after each ``zarr.json`` write or deletion of
+    the op in turn (every step of its journal, commit and version log is one): a commit that wrote
+    its attributes one at a time left an edited store whose log lost the edit and the undo of the
+    version before it (that version then read wrong rows)."""
+    base = tmp_path / "base.zarr"
+    _build(base, 4, "img=fast")
+    eps = _content(base)
+    with ReplayBuffer(str(base)) as rb:
+        rb.delete_episodes([0])
+    states, after = {0: eps, 1: eps[1:]}, {"delete": eps[2:], "restore": eps, "gc": eps[1:]}[op]
+
+    def run(path: Path, n_kill: int) -> subprocess.CompletedProcess:
+        shutil.copytree(base, path)
+        return subprocess.run([sys.executable, "-c", _KILL_AT_WRITE_CHILD, str(path), op, str(n_kill)],
+                              input=_KILL_CHILD, capture_output=True, text=True, timeout=120)
+
+    uncut = run(tmp_path / "uncut.zarr", 0)
+    assert uncut.returncode == 0, uncut.stderr
+    n_writes = int(uncut.stdout.split()[-1])
+    assert n_writes >= {"gc": 2}.get(op, 3)  # (a journal, a commit, a log; gc: a log, a deletion)
+    for n_kill in range(1, n_writes + 1):
+        path = tmp_path / f"k{n_kill}.zarr"
+        assert run(path, n_kill).returncode == -signal.SIGKILL
+        _recovers_to_a_version(path, states, after)
 
 
 def test_a_copy_carries_the_current_version_only(tmp_path, capsys):

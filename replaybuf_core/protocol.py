@@ -61,6 +61,8 @@ Optional methods, called only when present (``getattr(store, name, None)``):
                                       (:mod:`replaybuf_core.locking`); None: no lock
 ``remove_debris(group) -> list[str]`` delete leftovers of a killed writer that are not arrays
                                       (half-deleted directories, partial files); called on recovery
+                                      for ``data``, ``meta``, the versions group (with ``"versions"``)
+                                      and ``""`` (the root: only its own metadata's partial files)
 ``fill_value(group, name)``           an array's fill value (else read from the native array's
                                       ``fill_value``/``fillvalue``; :mod:`replaybuf_core.store.recovery`)
 ``stored_bytes(group, name) -> int | None``  bytes on storage for one array (``replaybuf info``)

@@ -42,15 +42,8 @@ from .row_gather import RowsRead
 from .stored_bytes import StoredBytes
 from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
-from .members import (
-    delete_prefix,
-    list_children,
-    local_root,
-    metadata_file_error,
-    node_error,
-    remove_debris,
-    rename_member,
-)
+from .members import (delete_prefix, list_children, local_root, metadata_file_error, node_error, remove_debris,
+                      remove_partial_metadata, rename_member)
 
 
 #: Each mutating call runs whole before a Ctrl-C (SIGINT) or the CLI's SIGTERM is acted on: zarr-python's
@@ -546,9 +539,12 @@ class ZarrBackend(StoredBytes):
         self.settle_writes()
 
     def remove_debris(self, group: str) -> list[str]:
-        """Delete what a killed process leaves in ``group`` (:func:`~replaybuf_zarr.members.remove_debris`);
-        returns the removed names.  Only for writers holding the store's writer lock or lease."""
+        """Delete what a killed process leaves in ``group`` (:func:`~replaybuf_zarr.members.remove_debris`;
+        ``""``: the root's partial metadata files only) and return the removed names.  Writers only."""
         self._check_writable()
+        if group == "":
+            local = local_root(self._root.store)
+            return remove_partial_metadata(local / self._root.path if local and self._root.path else local)
         return remove_debris(self._group(group), local_root(self._root.store))
 
     def lock_path(self) -> Path | None:

@@ -141,6 +141,23 @@ def remove_debris(g: zarr.Group, local: Path | None) -> list[str]:
     return removed
 
 
+def remove_partial_metadata(local: Path | None) -> list[str]:
+    """Delete the ``*.partial`` files that zarr's atomic writes of the root's own metadata
+    (``zarr.<hex>.partial``, ``.zgroup.<hex>.partial``...) leave beside it when the writer is killed
+    between writing and renaming (``local``: the ``LocalStore`` directory; None: nothing to do, object
+    stores write whole objects).  Nothing else at the root is touched: it may hold what is not the
+    store's.  Returns the removed names."""
+    if local is None or not local.is_dir():
+        return []
+    removed = []
+    for entry in sorted(local.iterdir()):
+        stem = entry.name.split(".partial")[0].rsplit(".", 1)[0] if entry.name.endswith(".partial") else None
+        if stem in ("zarr", ".zgroup", ".zattrs", ".zarray") and entry.is_file():
+            entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
+
+
 def _remove_object_debris(g: zarr.Group) -> list[str]:
     store = g.store
     base = f"{g.path}/" if g.path else ""

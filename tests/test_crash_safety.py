@@ -175,6 +175,37 @@ def test_interrupted_swap(tmp_path, state):
     assert_buffer_equal(again, eps)
 
 
+def test_debris_of_killed_edits_in_the_versions_group_and_at_the_root_is_removed(tmp_path):
+    """What the kills right after a metadata write or deletion left (seen in the sweeps of
+    ``file_op_kill``): an undo array half created or half deleted by ``gc`` (a directory without
+    ``zarr.json`` in ``versions/``) and zarr's ``*.partial`` temporary files of the versions group's
+    and the root's ``zarr.json``.  They stayed for ever, and every listing of the versions group warned
+    about them.  A writable open removes them, and nothing at the root that is not the store's own."""
+    rb, eps = _buffer(tmp_path / "s.zarr", (5, 6, 7))
+    rb.delete_episodes([0])  # a version with an undo
+    rb.close()
+    root = tmp_path / "s.zarr"
+    (root / "versions" / "_temp_ver.7.data.obs" / "c" / "0").mkdir(parents=True)
+    (root / "versions" / "_temp_ver.7.data.obs" / "c" / "0" / "0").write_bytes(b"x")
+    (root / "versions" / "zarr.0123456789abcdef0123456789abcdef.partial").write_text("{")
+    (root / "zarr.fedcba9876543210fedcba9876543210.partial").write_text("{")
+    (root / "notes.partial").write_text("mine")  # not a partial file of zarr's
+    (root / "videos").mkdir()  # not a zarr node, and not the store's: stays
+    rb, msgs = _reopen(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (zarr warns of a member that is no node)
+        assert rb.store.list_arrays("versions") == ["_temp_ver.0.data.action", "_temp_ver.0.data.obs",
+                                                    "_temp_ver.0.meta.episode_ends"]
+    assert sorted(rb.recovery.deleted) == ["(root)/zarr.fedcba9876543210fedcba9876543210.partial (debris)",
+                                          "versions/_temp_ver.7.data.obs (debris)",
+                                          "versions/zarr.0123456789abcdef0123456789abcdef.partial (debris)"]
+    assert (root / "notes.partial").exists() and (root / "videos").is_dir()
+    assert_buffer_equal(rb, eps[1:])
+    with ReplayBuffer(str(root), version=0) as old:
+        assert_buffer_equal(old, eps)
+    rb.close()
+
+
 def test_reserved_temp_names_are_not_keys(tmp_path):
     rb, _ = _buffer(tmp_path / "b.zarr")
     for key in ("_temp", "_temp.obs", "_temp_old.x", "_temp_old"):
@@ -231,6 +262,26 @@ def test_sigkill(tmp_path, kind, max_delay):
     rng = np.random.default_rng(sum(map(ord, kind)))
     results = [crash.run_trial(kind, path, rng, max_delay=max_delay) for _ in range(N_KILLS)]
     bad = [r for r in results if not r.clean_open or r.lost]
+    assert not bad, bad
+
+
+#: metadata writes and deletions (:mod:`replaybuf_core.testing.file_op_kill`) of one call of each kind on the
+#: trial stores, as measured (they only set the range the kill points are drawn from)
+FILE_OPS_PER_CALL = {"add_episode": 6, "writer": 10, "writer_frames": 10, "drop_episode": 33, "pop_episode": 33,
+                     "set_chunks": 393, "set_compressors": 346, "rechunk_recompress": 300, "delete_episodes": 33}
+
+
+@pytest.mark.parametrize("kind", crash.KINDS)
+def test_sigkill_right_after_a_metadata_write_or_deletion(tmp_path, kind):
+    """The child kills itself right after its N-th metadata write or deletion, N drawn from the first
+    two calls' worth: the kills land between two steps of a commit, which kills at random instants
+    rarely hit (an edit's commit once wrote its journal and its version log in two writes)."""
+    path = tmp_path / "crash.zarr"
+    crash.create(path, n_episodes=crash.MIN_EPISODES, kind=kind)
+    rng = np.random.default_rng(7 + sum(map(ord, kind)))
+    points = rng.integers(1, 2 * FILE_OPS_PER_CALL[kind] + 1, size=N_KILLS)
+    results = [crash.run_trial(kind, path, rng, after_file_ops=int(n)) for n in points]
+    bad = [(int(n), r) for n, r in zip(points, results) if not r.clean_open or r.lost]
     assert not bad, bad
 
 

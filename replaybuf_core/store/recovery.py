@@ -46,7 +46,7 @@ import numpy as np
 
 from replaybuf_core.errors import CorruptStoreError, ReadOnlyError
 from replaybuf_core.layout.keys import TMP_KEY, is_temp_name
-from replaybuf_core.protocol import GROUPS, StorageBackend
+from replaybuf_core.protocol import CAP_VERSIONS, GROUPS, VERSIONS_GROUP, StorageBackend
 
 from .commit import EPISODE_ENDS, EPISODE_ENDS_FILL, EPISODE_META, read_commit_record
 
@@ -278,8 +278,9 @@ def recover(store: StorageBackend, *, apply: bool | None = None) -> RecoveryRepo
     debris: list[str] = []
     remove_debris = getattr(store, "remove_debris", None)
     if apply and callable(remove_debris):  # never data: half-deleted array directories, partial files
-        for group in GROUPS:  # (they would block a later rename to their name)
-            debris.extend(f"{group}/{name} (debris)" for name in remove_debris(group))
+        undos = (VERSIONS_GROUP,) if CAP_VERSIONS in store.capabilities and store.has_group(VERSIONS_GROUP) else ()
+        for group in GROUPS + undos + ("",):  # (they would block a later rename to their name)
+            debris.extend(f"{group or '(root)'}/{name} (debris)" for name in remove_debris(group))
     if apply:  # an interrupted edit is rolled back before anything else is judged
         rolled_back = rollback(store, apply=True)
     # first only look (nothing else changes if the store turns out damaged), then repair

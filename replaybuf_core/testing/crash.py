@@ -3,7 +3,8 @@
 Used by ``tests/test_crash_safety.py`` (a few kills per kind) and ``benchmarks/soak.py`` (many).  The
 child is ``python -m replaybuf_core.testing.crash KIND PATH``: it opens the LocalStore buffer at PATH,
 prints ``ready``, then repeats one operation forever, printing ``done <n_episodes>`` after each call
-returns.  The parent kills it after a random delay and checks (:func:`run_trial`) that the store opens,
+returns.  The parent kills it after a random delay (or the child kills itself right after its N-th
+file operation: :mod:`.file_op_kill`) and checks (:func:`run_trial`) that the store opens,
 that every committed episode is bit-exact (episode ``i`` is :func:`episode`\\ ``(i)``, so the parent can
 rebuild it), that at most the episode in flight is missing, and that appending continues.
 
@@ -32,6 +33,8 @@ import numpy as np
 
 from replaybuf_core.layout.keys import is_temp_name
 from replaybuf_core.store.buffer import ReplayBuffer
+
+from . import file_op_kill
 
 KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
          "rechunk_recompress", "delete_episodes")
@@ -82,10 +85,13 @@ def create(path: str | os.PathLike, n_episodes: int = MIN_EPISODES, kind: str | 
 
 # ---------------------------------------------------------------------------------------------- child
 def _child(kind: str, path: str) -> None:  # pragma: no cover - runs in a subprocess
+    killer = file_op_kill.from_environment()  # a kill after the N-th file operation, not at a time
     rb = ReplayBuffer(path)
     out = sys.stdout
     out.write("ready\n")
     out.flush()
+    if killer is not None:
+        killer.start()
     j = 0
     if kind == "add_episode":
         while rb.n_episodes < MAX_EPISODES + 100:
@@ -138,7 +144,8 @@ def _child(kind: str, path: str) -> None:  # pragma: no cover - runs in a subpro
         raise SystemExit(f"unknown kind {kind!r}")
     out.write("exhausted\n")
     out.flush()
-    time.sleep(60)
+    if killer is None:  # (the parent kills it)
+        time.sleep(60)
 
 
 # --------------------------------------------------------------------------------------------- parent
@@ -179,6 +186,17 @@ def _check_content(rb: ReplayBuffer, n: int, ids: list[int] | None = None) -> st
     return None
 
 
+def _check_last_version(rb: ReplayBuffer) -> str | None:
+    """An edit records its version in its commit: the last version of the log must describe the store."""
+    from replaybuf_core.store import versions
+
+    log = versions.log(rb.store)
+    if log and (int(log[-1]["n_episodes"]), int(log[-1]["n_steps"])) != (rb.n_episodes, rb.n_steps):
+        return (f"the last version ({log[-1]['id']}: {log[-1]['n_episodes']} episodes, {log[-1]['n_steps']} steps) "
+                f"is not the store ({rb.n_episodes} episodes, {rb.n_steps} steps)")
+    return None
+
+
 def _break_dead_writers_lease(path: str | os.PathLike) -> None:
     """On object storage the killed child's lease outlives it (no server notices a death): break it,
     as an operator does with ``replaybuf unlock`` once the writer is known dead."""
@@ -191,9 +209,11 @@ def _break_dead_writers_lease(path: str | os.PathLike) -> None:
 
 
 def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_delay: float = 0.25,
-              timeout: float = 60.0) -> TrialResult:
+              timeout: float = 60.0, after_file_ops: int | None = None) -> TrialResult:
     """Run the ``kind`` child on the buffer at ``path`` (created by :func:`create`), SIGKILL it after
-    ``rng.uniform(0, max_delay)`` seconds of work, then reopen and check (see module doc)."""
+    ``rng.uniform(0, max_delay)`` seconds of work — or, with ``after_file_ops`` N, let it kill itself
+    right after its N-th file operation (:mod:`.file_op_kill`; one that runs out of work first ends) —
+    then reopen and check (see module doc)."""
     path = os.fspath(path)
     if kind in EDIT_KINDS:  # episodes 0..MIN_EPISODES-1 afresh: an edit renumbers them
         import shutil
@@ -212,6 +232,8 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
             rb.drop_episode()
         before = rb.n_episodes
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if after_file_ops is not None:
+        env[file_op_kill.ENV] = str(int(after_file_ops))
     proc = subprocess.Popen([sys.executable, "-m", "replaybuf_core.testing.crash", kind, path],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -220,8 +242,9 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
             proc.kill()
             _, err = proc.communicate(timeout=timeout)
             return TrialResult(kind, False, 0, 0, f"child failed to start: {first!r} {err[-500:]}")
-        time.sleep(float(rng.uniform(0.0, max_delay)))
-        proc.send_signal(signal.SIGKILL)
+        if after_file_ops is None:
+            time.sleep(float(rng.uniform(0.0, max_delay)))
+            proc.send_signal(signal.SIGKILL)
         rest, err = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
@@ -253,7 +276,7 @@ def _judge(kind: str, rb: ReplayBuffer, before: int, committed: int, done: int) 
         if d not in states:
             return TrialResult(kind, False, max(0, before - committed - n), done,
                                f"{n} episodes after the kill; {committed} deletes had returned")
-        problem = _check_content(rb, n, states[d])
+        problem = _check_content(rb, n, states[d]) or _check_last_version(rb)
         if problem is None:
             rb.add_episode(episode(before))
             problem = _check_content(rb, n + 1, states[d] + [before])

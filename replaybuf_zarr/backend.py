@@ -39,6 +39,7 @@ from .empty_chunks import storing_empty_chunks
 from . import reader_holds
 from .object_store import store_options, store_url
 from .row_gather import RowsRead
+from .row_splice import cut_partial_chunk
 from .stored_bytes import StoredBytes
 from .chunk_writer import ChunkWriter, make_writer
 from .codec_convert import codec_of_array, codecs_equal, to_zarr_codecs
@@ -339,7 +340,7 @@ class ZarrBackend(StoredBytes):
             # them back.  Overwrite them with the fill value before shrinking.
             obj = (arr.shards or arr.chunks)[0] if self.zarr_format == 3 else arr.chunks[0]
             tail_end = min(old, -(-n_rows // obj) * obj)
-            if tail_end > n_rows:
+            if tail_end > n_rows and not cut_partial_chunk(self, group, name, n_rows):  # (video: as stored bytes)
                 fill = arr.fill_value if arr.fill_value is not None else 0  # v2's null: any value; zeros
                 arr[n_rows:tail_end] = np.full((tail_end - n_rows,) + arr.shape[1:], fill, dtype=arr.dtype) \
                     if not _is_string_dtype(np.dtype(self.dtype(group, name))) else \

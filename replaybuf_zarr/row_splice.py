@@ -30,7 +30,7 @@ from .chunk_writer import make_writer
 from .layout import chunk_layout
 from .spec_codecs import frame_codec
 
-__all__ = ["spliceable", "splice_rows"]
+__all__ = ["cut_partial_chunk", "spliceable", "splice_rows", "write_into_partial_chunk"]
 
 
 def spliceable(arr: Any) -> Any:
@@ -205,3 +205,43 @@ def write_into_partial_chunk(backend: Any, group: str, name: str, start: int, va
     writer._store_objects(first // G, before[:-1] + [data] + after)
     backend._forget((group, name), c * G, (c + 1) * G)
     return k
+
+
+def cut_partial_chunk(backend: Any, group: str, name: str, n_rows: int) -> bool:
+    """Before a shrink of ``group/name`` to ``n_rows`` rows — a video array (several frames a chunk)
+    whose chunk holding row ``n_rows`` also holds rows before it — make that chunk keep only those
+    rows, as stored bytes (its segments re-cut: :meth:`~replaybuf_zarr.codecs.video.VideoCodec.splice_chunk`;
+    no frame decoded or encoded), and drop the chunks after it in its stored object; its rows from
+    ``n_rows`` on read as padding (black frames) should the array grow again.  Overwriting them with
+    the fill value through zarr-python would decode and encode the whole chunk: a lossy generation of
+    the frames before ``n_rows`` (committed frames, when recovery drops an interrupted append).
+
+    Returns True when done (the caller then shrinks the shape); False, nothing written, when this
+    does not apply: not a spliceable video array, ``n_rows`` on the chunk grid, a chunk never written,
+    too many segments."""
+    arr = backend.get_array(group, name)
+    codec = spliceable(arr)
+    layout = chunk_layout(arr)
+    if codec is None or layout is None or codec.frames_per_chunk <= 1:
+        return False
+    G = int(layout.chunk_shape[0])
+    c, r = divmod(int(n_rows), G)
+    if not r or int(n_rows) >= int(arr.shape[0]):
+        return False
+    L = int(layout.shard.shape[0]) if layout.shard is not None else G
+    first = (c * G // L) * L
+    tail = (0,) * (len(layout.chunk_shape) - 1)
+    backend._settle((group, name))
+    reader = backend._reader(group, name)
+    if reader is None:
+        return False
+    before = [reader._raw_chunk((j,) + tail) for j in range(first // G, c + 1)]
+    if any(b is None for b in before):
+        return False
+    data = codec.splice_chunk([(before[-1], 0, r)], G)
+    writer = make_writer(arr)
+    if data is None or writer is None:
+        return False
+    writer._store_objects(first // G, before[:-1] + [data])
+    backend._forget((group, name), c * G, min(int(arr.shape[0]), first + L))
+    return True

@@ -166,3 +166,47 @@ def test_an_append_after_a_partial_gop_keeps_the_stored_frames(tmp_path):
     with ReplayBuffer(str(path)) as rb:  # a write into the middle of a chunk is not an append: as before
         rb.store.write("data", "img", 5, now[5:6])
     assert zarr.open_group(str(path), mode="r")["data/img"][6:8].shape == (2, H, W, 3)
+
+
+@pytest.mark.parametrize("shards", [None, (16, H, W, 3)])
+def test_a_shrink_keeps_the_frames_before_the_new_end_and_a_grow_brings_none_back(tmp_path, shards):
+    """Shrinking a video array to a row inside a chunk (recovery dropping an interrupted append does)
+    leaves the chunk's frames before it bit for bit (was: the tail overwritten with the fill value
+    through zarr-python, which decoded and encoded the whole chunk: its kept frames ~20 levels off);
+    the dropped rows never come back on a later grow."""
+    b, _ = _backend(tmp_path, VideoCodec(gop=4), 30, shards=tuple(shards) if shards else None)
+    before = zarr.open_group(str(tmp_path / "s.zarr"))["data/src"][:]
+    for n in (27, 22, 13):  # inside a chunk, in the first chunk of a shard and not
+        b.resize("data", "src", n)
+        np.testing.assert_array_equal(zarr.open_group(str(tmp_path / "s.zarr"))["data/src"][:], before[:n])
+    b.resize("data", "src", 30)
+    grown = zarr.open_group(str(tmp_path / "s.zarr"))["data/src"][13:]
+    assert not grown.any()  # black padding and fill: none of the old frames
+
+
+def test_recovery_from_an_interrupted_video_append_keeps_the_committed_frames(tmp_path):
+    """A process killed inside an append to a video key (the new frames written into the stored
+    partial GOP, no commit): the writable open that drops them leaves the committed frames (and so
+    every version) bit for bit (a break-it trial: the committed frames of that GOP changed by up to
+    17 levels, and ``version=0`` read other pixels than before the kill)."""
+    from replaybuf_core import ReplayBuffer
+
+    path = tmp_path / "v.zarr"
+    rb = ReplayBuffer.create_empty("zarr", str(path))
+    with rb.writer(frames="img=video:g4") as w:
+        w.add_episode({"img": _frames(6, 0), "x": np.arange(6, dtype=np.float32)})
+    rb.close()
+    committed = zarr.open_group(str(path), mode="r")["data/img"][:]
+    with ReplayBuffer(str(path)) as rb:  # what the killed append left: rows written, nothing committed
+        for key, values in {"img": _frames(5, 1), "x": np.arange(5, dtype=np.float32)}.items():
+            rb.store.resize("data", key, 11)
+            rb.store.write("data", key, 6, values)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the recovery warning)
+        with ReplayBuffer(str(path)) as rb:
+            assert rb.n_steps == 6 and rb.recovery.extra_rows
+    np.testing.assert_array_equal(zarr.open_group(str(path), mode="r")["data/img"][:], committed)
+    with ReplayBuffer(str(path), version=0) as rb:
+        np.testing.assert_array_equal(np.asarray(rb["img"][:]), committed)

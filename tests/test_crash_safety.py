@@ -206,6 +206,36 @@ def test_debris_of_killed_edits_in_the_versions_group_and_at_the_root_is_removed
     rb.close()
 
 
+def test_an_open_of_a_store_a_killed_swap_left_missing_names_where_it_went(tmp_path):
+    """A ``copy --overwrite`` (any :func:`~replaybuf_core.store.replace.build_beside`) killed between the
+    swap's two renames leaves no store at the path: the old one complete under ``.<name>.replaced-<pid>-*``,
+    the new one under ``.<name>.building-<pid>-*`` (as ``replace.py`` documents).  An open of the path
+    says so and names both (it said only that there was no store); nothing is renamed or deleted."""
+    import shutil
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.zarr"
+    rb, eps = _buffer(path)
+    rb.close()
+    pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                             text=True, check=True).stdout)  # a process that is gone
+    aside, build = tmp_path / f".s.zarr.replaced-{pid}-0123abcd", tmp_path / f".s.zarr.building-{pid}-89abcdef"
+    path.rename(aside)
+    shutil.copytree(aside, build)
+    for read_only in (True, False):
+        with pytest.raises(FileNotFoundError, match="killed between its two renames") as err:
+            ReplayBuffer(str(path), read_only=read_only)
+        assert str(aside) in str(err.value) and str(build) in str(err.value)
+    assert aside.is_dir() and build.is_dir() and not path.exists()
+    with pytest.raises(FileNotFoundError, match="no zarr store") as err:  # nothing of the kind beside it
+        ReplayBuffer(str(tmp_path / "other.zarr"))
+    assert "renames" not in str(err.value)
+    aside.rename(path)  # what the message tells the user to do
+    with ReplayBuffer(str(path), read_only=True) as again:
+        assert_buffer_equal(again, eps)
+
+
 def test_reserved_temp_names_are_not_keys(tmp_path):
     rb, _ = _buffer(tmp_path / "b.zarr")
     for key in ("_temp", "_temp.obs", "_temp_old.x", "_temp_old"):

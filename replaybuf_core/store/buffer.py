@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf_core import locking, registry
-from replaybuf_core.errors import ReadOnlyError, StoreLockedError
+from replaybuf_core.errors import BackendNotFoundError, ReadOnlyError, StoreLockedError
 from replaybuf_core.layout.compressors import resolve_compressor
 from replaybuf_core.layout.keys import check_key, is_temp_name
 from replaybuf_core.protocol import CAP_CHUNKS, StorageBackend
@@ -105,7 +105,15 @@ class ReplayBuffer(EpisodeAppending, StoreCopying, StoreMerging, StepReading, Ch
     def __init__(self, root: Any, *, backend: str | None = None, read_only: bool = False,
                  storage_options: dict | None = None, version: Any = None):
         read_only = read_only or version is not None
-        store = registry.open_backend(root, backend=backend, read_only=read_only, storage_options=storage_options)
+        try:
+            store = registry.open_backend(root, backend=backend, read_only=read_only, storage_options=storage_options)
+        except (FileNotFoundError, BackendNotFoundError) as exc:
+            from .replace import interrupted_swap_hint
+
+            hint = interrupted_swap_hint(root) if isinstance(root, (str, os.PathLike)) else None
+            if hint is None:
+                raise
+            raise FileNotFoundError(f"no store at {os.fspath(root)}: {hint}") from exc
         self._mutex = threading.RLock()  # mutations of one buffer from several threads take turns
         self._closed = False
         self._lock = None

@@ -186,6 +186,37 @@ def _remove_stale_builds(path: Path, adopt: Callable[[Path], bool] | None = None
     return adopted
 
 
+def interrupted_swap_hint(path: str | os.PathLike) -> str | None:
+    """Where a store went that a swap cut between its two renames (:func:`build_beside`: a power cut
+    or SIGKILL) left missing at ``path``: a sentence naming the old store, moved aside complete
+    (``.<name>.replaced-<pid>-*``), and the new one (``.<name>.building-<pid>-*``) of processes that
+    are gone — for the error of an open of the missing ``path``.  None when ``path`` exists or
+    nothing of the kind is beside it.  Nothing is renamed or deleted: which one is the store is the
+    user's call."""
+    text = os.fspath(path)
+    if "://" in text:
+        return None
+    path = Path(os.path.abspath(os.path.expanduser(text)))
+    if path.exists() or path.is_symlink() or not path.parent.is_dir():
+        return None
+    found = {}
+    for kind in ("replaced", "building"):
+        prefix = f".{path.name}.{kind}-"
+        for p in sorted(path.parent.glob(f"{prefix}*")):
+            try:
+                pid = int(p.name[len(prefix):].split("-")[0])
+            except ValueError:
+                continue
+            if not locking.process_running(pid):
+                found.setdefault(kind, p)
+    if "replaced" not in found:
+        return None
+    return (f"a command that was replacing it (copy / merge / import --overwrite) was killed between its two renames: "
+            f"the old store is complete at {found['replaced']}"
+            + (f" and the new one at {found['building']}" if "building" in found else "")
+            + f"; rename the one you want back to {path}")
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)

@@ -4,6 +4,7 @@ errors that name a member whose metadata does not load, and removing the debris 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,10 @@ def remove_debris(g: zarr.Group, local: Path | None) -> list[str]:
     return removed
 
 
+#: the temporary file of zarr-python's atomic write of a metadata file (``uuid4().hex``, then a rename)
+_PARTIAL_METADATA = re.compile(r"(zarr|\.zgroup|\.zattrs|\.zarray)\.[0-9a-f]{32}\.partial")
+
+
 def remove_partial_metadata(local: Path | None) -> list[str]:
     """Delete the ``*.partial`` files that zarr's atomic writes of the root's own metadata
     (``zarr.<hex>.partial``, ``.zgroup.<hex>.partial``...) leave beside it when the writer is killed
@@ -151,8 +156,7 @@ def remove_partial_metadata(local: Path | None) -> list[str]:
         return []
     removed = []
     for entry in sorted(local.iterdir()):
-        stem = entry.name.split(".partial")[0].rsplit(".", 1)[0] if entry.name.endswith(".partial") else None
-        if stem in ("zarr", ".zgroup", ".zattrs", ".zarray") and entry.is_file():
+        if _PARTIAL_METADATA.fullmatch(entry.name) and entry.is_file():
             entry.unlink(missing_ok=True)
             removed.append(entry.name)
     return removed

@@ -189,7 +189,8 @@ def test_debris_of_killed_edits_in_the_versions_group_and_at_the_root_is_removed
     (root / "versions" / "_temp_ver.7.data.obs" / "c" / "0" / "0").write_bytes(b"x")
     (root / "versions" / "zarr.0123456789abcdef0123456789abcdef.partial").write_text("{")
     (root / "zarr.fedcba9876543210fedcba9876543210.partial").write_text("{")
-    (root / "notes.partial").write_text("mine")  # not a partial file of zarr's
+    (root / "notes.partial").write_text("mine")  # not partial files of zarr's
+    (root / "zarr.mine.partial").write_text("mine")
     (root / "videos").mkdir()  # not a zarr node, and not the store's: stays
     rb, msgs = _reopen(root)
     with warnings.catch_warnings():
@@ -199,7 +200,7 @@ def test_debris_of_killed_edits_in_the_versions_group_and_at_the_root_is_removed
     assert sorted(rb.recovery.deleted) == ["(root)/zarr.fedcba9876543210fedcba9876543210.partial (debris)",
                                           "versions/_temp_ver.7.data.obs (debris)",
                                           "versions/zarr.0123456789abcdef0123456789abcdef.partial (debris)"]
-    assert (root / "notes.partial").exists() and (root / "videos").is_dir()
+    assert (root / "notes.partial").exists() and (root / "zarr.mine.partial").exists() and (root / "videos").is_dir()
     assert_buffer_equal(rb, eps[1:])
     with ReplayBuffer(str(root), version=0) as old:
         assert_buffer_equal(old, eps)

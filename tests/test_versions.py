@@ -335,27 +335,15 @@ def _recovers_to_a_version(path: Path, states: dict[int, list[dict]], after: lis
     assert not (path / "data" / "_temp_undo.img").exists()
 
 
-#: the op of _KILL_CHILD, killed (SIGKILL, by itself) right after its N-th write of a ``zarr.json`` or
-#: deletion (argv[3]; 0: never, and it prints how many it made)
+#: the op of _KILL_CHILD, killed (SIGKILL, by itself) right after its N-th metadata write or deletion
+#: (:mod:`replaybuf_core.testing.file_op_kill`; argv[3]; 0: never, and it prints how many it made)
 _KILL_AT_WRITE_CHILD = textwrap.dedent("""
-    import os, signal, sys
-    from zarr.storage import LocalStore
-    n_kill, writes = int(sys.argv[3]), []
-    def counted(plain, name):
-        async def verb(self, key, *args):
-            await plain(self, key, *args)
-            if writes is not None and (name != "set" or key.endswith("zarr.json")):
-                writes.append(key)
-                if len(writes) == n_kill:
-                    os.kill(os.getpid(), signal.SIGKILL)
-        return verb
-    for name in ("set", "delete", "delete_dir"):
-        setattr(LocalStore, name, counted(getattr(LocalStore, name), name))
+    import sys
+    from replaybuf_core.testing.file_op_kill import FileOpKiller
+    killer = FileOpKiller(int(sys.argv[3]) or 2**62)
     sys.argv = sys.argv[:3]
-    code = sys.stdin.read()
-    writes = None  # (the open's writes do not count)
-    exec(code.replace('print("ready", flush=True)', 'print("ready", flush=True); writes = []').replace(
-        'print("done", flush=True)', 'print("done", len(writes), flush=True)'))
+    exec(sys.stdin.read().replace('print("ready", flush=True)', 'print("ready", flush=True); killer.start()').replace(
+        'print("done", flush=True)', 'print("done", killer.count, flush=True)'))
 """)
 
 

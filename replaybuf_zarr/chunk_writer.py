@@ -67,6 +67,37 @@ class ChunkWriter:
             return
         store_set(self._store, key, data)
 
+    def link_object(self, src: "ChunkWriter", src_index: int, index: int) -> bool:
+        """Make stored object ``index`` (a shard, else a chunk, along time) of this array a hard link
+        to object ``src_index`` of ``src``'s array — the same layout, both in one ``LocalStore``
+        directory tree — through a temporary link and a rename (a kill leaves the old object or the
+        new one).  No byte is read or written: a backup of whole shards costs a link each.  Safe
+        because nothing writes an object in place: this writer and zarr-python's ``LocalStore``
+        (``_atomic_write``) store every object as a new file renamed over the old one, and a
+        deletion unlinks one name only.  False, nothing changed, when either array is not on local
+        disk, the source object was never written, or the file system refuses (another device)."""
+        if self._local is None or src._local is None:
+            return False
+        tail = (0,) * (len(self._chunk) - 1)
+        source = os.path.join(src._local, src._key_of((int(src_index),) + tail))
+        path = os.path.join(self._local, self._key_of((int(index),) + tail))
+        if not os.path.isfile(source):
+            return False
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        try:
+            os.link(source, tmp)
+        except OSError:
+            return False
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            raise
+        return True
+
     def write(self, start: int, values: np.ndarray) -> bool:
         """Store rows ``[start, start + len(values))``; True when done, False when the write does not
         cover whole objects (or the array is shorter than it) — nothing is written then."""

@@ -98,6 +98,7 @@ def splice_rows(backend: Any, group: str, name: str, start: int, pieces: Sequenc
     writer = make_writer(arr)
     if writer is None:
         return False
+    links = _linkable(arr, layout, {src: backend.get_array(*src) for src in sources})
     per_object = L // G
     raw: OrderedDict[tuple[Any, int], bytes | None] = OrderedDict()
     tail = (0,) * (len(layout.chunk_shape) - 1)
@@ -131,6 +132,11 @@ def splice_rows(backend: Any, group: str, name: str, start: int, pieces: Sequenc
     for src, a, b in runs:
         r = a
         while r < b:
+            if not filled and not block and not r % L and b - r >= L and src in links \
+                    and writer.link_object(links[src], r // L, block_first // per_object):
+                block_first += per_object  # a whole stored object, aligned in both: linked, not copied
+                r += L
+                continue
             c = r // G
             hi = min(b, (c + 1) * G, r + (G - filled))
             data = chunk_bytes(src, c)
@@ -151,6 +157,21 @@ def splice_rows(backend: Any, group: str, name: str, start: int, pieces: Sequenc
         arr.resize((stop,) + tuple(arr.shape[1:]))
         backend._invalidate(group, name)
     return True
+
+
+def _linkable(arr: Any, layout: Any, sources: dict) -> dict:
+    """Source -> the :class:`~replaybuf_zarr.chunk_writer.ChunkWriter` of those ``sources`` (key ->
+    zarr array) whose stored objects can be hard-linked into ``arr`` (its ``layout``): the same
+    chunks, codecs and shards, both on local disk (:meth:`~replaybuf_zarr.chunk_writer.ChunkWriter.link_object`)."""
+    out = {}
+    for key, other in sources.items():
+        lo = chunk_layout(other)
+        if lo is None or lo.shard != layout.shard or not _same_chunks(arr, other):
+            continue
+        w = make_writer(other)
+        if w is not None and w._local is not None:
+            out[key] = w
+    return out
 
 
 def write_into_partial_chunk(backend: Any, group: str, name: str, start: int, values: Any) -> int:

@@ -376,6 +376,35 @@ def test_a_sigkill_after_each_metadata_write_or_deletion_of_edit_restore_or_gc_l
         _recovers_to_a_version(path, states, after)
 
 
+@pytest.mark.parametrize("frames", ["img=fast", "img=video:g4"])
+def test_undos_hard_linked_to_the_array_stay_as_they_were_through_later_writes(tmp_path, frames):
+    """On local disk an edit's backup and a restore's rows are whole stored objects hard-linked, not
+    copied (the same file under two names).  Every later write — the rewrite of the tail, appends,
+    writes through zarr-python itself — stores a new file and renames it over the old name, so no
+    version changes: the model's versions read back after all of them."""
+    path = tmp_path / "s.zarr"
+    rb = ReplayBuffer.create_empty("zarr", str(path))
+    with rb.writer(frames=frames) as w:  # (small frames: shards of 256 rows; the edit links the first two)
+        for i in range(6):
+            w.add_episode(_episode(i, 100))
+    rb.close()
+    states = {0: _content(path)}
+    with ReplayBuffer(str(path)) as rb:
+        rb.delete_episodes([1])
+        rb.restore(0)
+    states[1], states[2] = states[0][:1] + states[0][2:], states[0]
+    linked = [f for f in (path / "data" / "img").rglob("*") if f.is_file() and f.stat().st_nlink > 1]
+    assert linked  # the restored rows are the undo's files, linked (shard 1: rows 256..511)
+    arr = zarr.open_array(str(path / "data" / "img"), mode="r+")  # zarr-python writes into a linked object
+    arr[300:301] = np.zeros((1, SIDE, SIDE, 3), np.uint8)  # (the current version: version 2 changes)
+    now = zarr.open_array(str(path / "data" / "img"), mode="r")[:]
+    states[2] = [dict(e, img=now[a:a + len(e["x"])]) for e, a in zip(states[0], range(0, 600, 100))]
+    with ReplayBuffer(str(path)) as rb:
+        rb.add_episode(_episode(9, 5))
+    for vid in (0, 1, 2):
+        _same(_content(path, vid), states[vid])
+
+
 def test_a_copy_carries_the_current_version_only(tmp_path, capsys):
     path, dst = tmp_path / "s.zarr", tmp_path / "c.zarr"
     eps = _build(path, 3)

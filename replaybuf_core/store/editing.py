@@ -263,9 +263,10 @@ def rewrite(buf: Any, ranges: list[tuple[int, int]] | None, kept: np.ndarray | N
     keys = buf.keys()
     moved = moved_keys(store, keys)  # frame keys whose rows move as stored bytes: nothing re-encoded
     lossy = [k for k in lossy_keys(store, keys) if k not in moved]
-    # a frame key from its first changed chunk (a partial shard write keeps the others' bytes), the
-    # others from their first changed stored object
-    grid = {k: _chunk_len(store, k) if k in lossy or k in moved else _unit(store, k) for k in keys}
+    # a lossy frame key re-encoded from its first changed chunk (a partial shard write keeps the
+    # others' bytes), the others from their first changed stored object: a moved key's backup is then
+    # whole objects (on local disk hard-linked, not copied: ``splice_rows``)
+    grid = {k: _chunk_len(store, k) if k in lossy else _unit(store, k) for k in keys}
     starts = {k: (target.first(k) // grid[k]) * grid[k] for k in keys}
     meta_names = [EPISODE_ENDS] + episode_meta_arrays(store, old_ends.size)
     per_row = {k: row_bytes(store.shape("data", k), store.dtype("data", k)) for k in keys}
@@ -304,10 +305,11 @@ def rewrite(buf: Any, ranges: list[tuple[int, int]] | None, kept: np.ndarray | N
         if k in moved:
             if splice(store, k, s0, runs, dgroup):
                 bar.update((new_n - s0) * per_row[k])
-                if k in lossy_keys(store, [k]):
-                    report[k] = ReencodedFrames(key=k, first_row=s0, frames=0, worst_psnr_db=math.inf,
+                if k in lossy_keys(store, [k]):  # (rows of the first changed chunk on moved)
+                    c0 = min(new_n, max(s0, (target.first(k) // _chunk_len(store, k)) * _chunk_len(store, k)))
+                    report[k] = ReencodedFrames(key=k, first_row=c0, frames=0, worst_psnr_db=math.inf,
                                                 old_hist=np.zeros((0, 256), np.int64),
-                                                new_hist=np.zeros((0, 256), np.int64), moved=new_n - s0)
+                                                new_hist=np.zeros((0, 256), np.int64), moved=new_n - c0)
                 continue
             fallback = True  # (a video chunk that would need more than 255 segments): decode and encode
         else:

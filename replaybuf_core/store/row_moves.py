@@ -7,7 +7,10 @@ a video chunk's packets re-cut at the new chunk boundaries.  An edit (:mod:`.edi
 every such key — lossy or not — in its three steps: the backup of the old tail (same codec and
 chunks as the key: its chunks copied as they are), the rewrite of the tail from the backup, and a
 roll-back.  So deleting, keeping or trimming episodes of a JPEG, video or pass-through store
-re-encodes no kept frame: every kept frame reads back bit for bit as before.
+re-encodes no kept frame: every kept frame reads back bit for bit as before.  Such a key's backup
+starts on its stored-object (shard) grid, so on local disk its whole objects are hard-linked, not
+copied, and a restore, whose rows are the undo's unshifted, links them back
+(:meth:`~replaybuf_zarr.chunk_writer.ChunkWriter.link_object`).
 """
 
 from __future__ import annotations

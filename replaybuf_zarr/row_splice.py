@@ -174,6 +174,45 @@ def _linkable(arr: Any, layout: Any, sources: dict) -> dict:
     return out
 
 
+class _VideoChunkAt:
+    """The stored video chunk holding row ``row`` of ``group/name`` when ``row`` falls inside it
+    (several frames a chunk, spliceable): ``codec``, ``G`` (frames a chunk), chunk index ``c`` and place
+    ``r`` (> 0), ``first`` (the first row of its stored object), the raw chunks of that object
+    from its start through chunk ``c`` (``before``, all written) and ``reader``.  ``ok`` False when
+    any of that does not hold."""
+
+    def __init__(self, backend: Any, group: str, name: str, row: int):
+        self.ok = False
+        self.arr = arr = backend.get_array(group, name)
+        self.codec = spliceable(arr)
+        layout = chunk_layout(arr)
+        if self.codec is None or layout is None or self.codec.frames_per_chunk <= 1:
+            return
+        self.G = G = int(layout.chunk_shape[0])
+        self.c, self.r = divmod(int(row), G)
+        self.L = L = int(layout.shard.shape[0]) if layout.shard is not None else G
+        self.first = (self.c * G // L) * L
+        self.tail = (0,) * (len(layout.chunk_shape) - 1)
+        if not self.r:
+            return
+        backend._settle((group, name))
+        self.reader = backend._reader(group, name)
+        if self.reader is None:
+            return
+        self.before = [self.reader._raw_chunk((j,) + self.tail) for j in range(self.first // G, self.c + 1)]
+        self.ok = all(b is not None for b in self.before)
+
+    def store(self, backend: Any, group: str, name: str, chunk: bytes, after: list[bytes], stop: int) -> bool:
+        """Store the object with chunk ``c`` replaced by ``chunk`` (the chunks before it as stored,
+        then ``after``); rows up to ``stop`` are forgotten by the reader.  False when there is no writer."""
+        writer = make_writer(self.arr)
+        if writer is None:
+            return False
+        writer._store_objects(self.first // self.G, self.before[:-1] + [chunk] + after)
+        backend._forget((group, name), self.c * self.G, stop)
+        return True
+
+
 def write_into_partial_chunk(backend: Any, group: str, name: str, start: int, values: Any) -> int:
     """Write the first rows of ``values`` that fall in the chunk holding row ``start`` of ``group/name``
     — a video array (several frames a chunk) whose stored chunk already holds the rows before
@@ -187,44 +226,26 @@ def write_into_partial_chunk(backend: Any, group: str, name: str, start: int, va
     frames): the caller appends, it does not overwrite."""
     import numpy as np
 
-    arr = backend.get_array(group, name)
-    codec = spliceable(arr)
-    layout = chunk_layout(arr)
-    if codec is None or layout is None or codec.frames_per_chunk <= 1:
-        return 0
-    G = int(layout.chunk_shape[0])
     start = int(start)
-    c, r = divmod(start, G)
-    if not r or not len(values) or start + len(values) < min((c + 1) * G, int(arr.shape[0])):
+    at = _VideoChunkAt(backend, group, name, start)
+    n_rows = int(at.arr.shape[0])
+    if not at.ok or not len(values) or start + len(values) < min((at.c + 1) * at.G, n_rows):
         return 0  # (rows after the write in its chunk would be lost: only appends and writes to the end)
-    L = int(layout.shard.shape[0]) if layout.shard is not None else G
-    first = (c * G // L) * L
-    tail = (0,) * (len(layout.chunk_shape) - 1)
-    reader = backend._reader(group, name)
-    if reader is None:
-        return 0
+    G, r = at.G, at.r
     # the chunks after it in its stored object keep their bytes (rows the caller writes next, or
     # padding): up to the first one never written
     after = []
-    for j in range(c + 1, min(-(-int(arr.shape[0]) // G), (first + L) // G)):
-        raw = reader._raw_chunk((j,) + tail)
+    for j in range(at.c + 1, min(-(-n_rows // G), (at.first + at.L) // G)):
+        raw = at.reader._raw_chunk((j,) + at.tail)
         if raw is None:
             break
         after.append(raw)
-    before = [reader._raw_chunk((j,) + tail) for j in range(first // G, c + 1)]
-    if any(b is None for b in before):
-        return 0
     k = min(len(values), G - r)
     new = np.asarray(values[:k])
     padded = np.concatenate([new, np.repeat(new[-1:], G - k, axis=0)]) if k < G else new
-    data = codec.splice_chunk([(before[-1], 0, r), (codec.encode_frame(padded), 0, k)], G)
-    if data is None:
+    data = at.codec.splice_chunk([(at.before[-1], 0, r), (at.codec.encode_frame(padded), 0, k)], G)
+    if data is None or not at.store(backend, group, name, data, after, (at.c + 1) * G):
         return 0
-    writer = make_writer(arr)
-    if writer is None:
-        return 0
-    writer._store_objects(first // G, before[:-1] + [data] + after)
-    backend._forget((group, name), c * G, (c + 1) * G)
     return k
 
 
@@ -240,29 +261,9 @@ def cut_partial_chunk(backend: Any, group: str, name: str, n_rows: int) -> bool:
     Returns True when done (the caller then shrinks the shape); False, nothing written, when this
     does not apply: not a spliceable video array, ``n_rows`` on the chunk grid, a chunk never written,
     too many segments."""
-    arr = backend.get_array(group, name)
-    codec = spliceable(arr)
-    layout = chunk_layout(arr)
-    if codec is None or layout is None or codec.frames_per_chunk <= 1:
+    at = _VideoChunkAt(backend, group, name, n_rows)
+    if not at.ok or int(n_rows) >= int(at.arr.shape[0]):
         return False
-    G = int(layout.chunk_shape[0])
-    c, r = divmod(int(n_rows), G)
-    if not r or int(n_rows) >= int(arr.shape[0]):
-        return False
-    L = int(layout.shard.shape[0]) if layout.shard is not None else G
-    first = (c * G // L) * L
-    tail = (0,) * (len(layout.chunk_shape) - 1)
-    backend._settle((group, name))
-    reader = backend._reader(group, name)
-    if reader is None:
-        return False
-    before = [reader._raw_chunk((j,) + tail) for j in range(first // G, c + 1)]
-    if any(b is None for b in before):
-        return False
-    data = codec.splice_chunk([(before[-1], 0, r)], G)
-    writer = make_writer(arr)
-    if data is None or writer is None:
-        return False
-    writer._store_objects(first // G, before[:-1] + [data])
-    backend._forget((group, name), c * G, min(int(arr.shape[0]), first + L))
-    return True
+    data = at.codec.splice_chunk([(at.before[-1], 0, at.r)], at.G)
+    return data is not None and at.store(backend, group, name, data, [],
+                                         min(int(at.arr.shape[0]), at.first + at.L))

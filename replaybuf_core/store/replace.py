@@ -167,13 +167,7 @@ def _remove_stale_builds(path: Path, adopt: Callable[[Path], bool] | None = None
     adopted = False
     for kind in kinds:
         prefix = f".{path.name}.{kind}-"
-        for p in sorted(path.parent.glob(f"{prefix}*")) + list(path.parent.glob(f".{prefix}*")):
-            try:
-                pid = int(p.name[p.name.index(prefix) + len(prefix):].split("-")[0])
-            except ValueError:
-                continue
-            if pid == os.getpid() or locking.process_running(pid):  # another user's process counts as live
-                continue
+        for p in _left_by_gone_processes(path, kind, nested=True):
             if adopt is not None and into is not None and not adopted and kind == "building" \
                     and p.name.startswith(prefix) and adopt(p):
                 try:
@@ -199,22 +193,31 @@ def interrupted_swap_hint(path: str | os.PathLike) -> str | None:
     path = Path(os.path.abspath(os.path.expanduser(text)))
     if path.exists() or path.is_symlink() or not path.parent.is_dir():
         return None
-    found = {}
-    for kind in ("replaced", "building"):
-        prefix = f".{path.name}.{kind}-"
-        for p in sorted(path.parent.glob(f"{prefix}*")):
-            try:
-                pid = int(p.name[len(prefix):].split("-")[0])
-            except ValueError:
-                continue
-            if not locking.process_running(pid):
-                found.setdefault(kind, p)
+    found = {kind: gone[0] for kind in ("replaced", "building") if (gone := _left_by_gone_processes(path, kind))}
     if "replaced" not in found:
         return None
     return (f"a command that was replacing it (copy / merge / import --overwrite) was killed between its two renames: "
             f"the old store is complete at {found['replaced']}"
             + (f" and the new one at {found['building']}" if "building" in found else "")
             + f"; rename the one you want back to {path}")
+
+
+def _left_by_gone_processes(path: Path, kind: str, nested: bool = False) -> list[Path]:
+    """The ``.<name>.<kind>-<pid>-*`` siblings of ``path`` (``kind``: ``building`` / ``replaced``) whose
+    process is gone (another user's process counts as live; this process's are not gone), sorted;
+    with ``nested``, also the builds nested in them (``..<name>.<kind>-*``: merges build into their own
+    build first)."""
+    prefix = f".{path.name}.{kind}-"
+    found = sorted(path.parent.glob(f"{prefix}*")) + (list(path.parent.glob(f".{prefix}*")) if nested else [])
+    out = []
+    for p in found:
+        try:
+            pid = int(p.name[p.name.index(prefix) + len(prefix):].split("-")[0])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not locking.process_running(pid):
+            out.append(p)
+    return out
 
 
 def _remove(path: Path) -> None:

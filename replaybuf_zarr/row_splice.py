@@ -22,12 +22,14 @@ encodes.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from .chunk_writer import make_writer
 from .layout import chunk_layout
+from .pool import codec_pool
 from .spec_codecs import frame_codec
 
 __all__ = ["cut_partial_chunk", "spliceable", "splice_rows", "write_into_partial_chunk"]
@@ -115,6 +117,7 @@ def splice_rows(backend: Any, group: str, name: str, start: int, pieces: Sequenc
     block_first = first // G
     window: list[tuple[bytes, int, int]] = []
     filled = 0
+    stores = _Stores(writer)
 
     def close_chunk() -> bool:
         nonlocal window, filled, block, block_first
@@ -124,39 +127,71 @@ def splice_rows(backend: Any, group: str, name: str, start: int, pieces: Sequenc
         block.append(data)
         window, filled = [], 0
         if len(block) == per_object:
-            writer._store_objects(block_first, block)
+            stores.put(block_first, block)
             block_first += len(block)
             block = []
         return True
 
-    for src, a, b in runs:
-        r = a
-        while r < b:
-            if not filled and not block and not r % L and b - r >= L and src in links \
-                    and writer.link_object(links[src], r // L, block_first // per_object):
-                block_first += per_object  # a whole stored object, aligned in both: linked, not copied
-                r += L
-                continue
-            c = r // G
-            hi = min(b, (c + 1) * G, r + (G - filled))
-            data = chunk_bytes(src, c)
-            if data is None:
-                return False
-            window.append((data, r - c * G, hi - c * G))
-            filled += hi - r
-            r = hi
-            if filled == G and not close_chunk():
-                return False
-    if filled and not close_chunk():
-        return False
-    if block:
-        writer._store_objects(block_first, block)
+    with stores:  # every store finished (or its error raised) before the array is resized
+        for src, a, b in runs:
+            r = a
+            while r < b:
+                if not filled and not block and not r % L and b - r >= L and src in links \
+                        and writer.link_object(links[src], r // L, block_first // per_object):
+                    block_first += per_object  # a whole stored object, aligned in both: linked, not copied
+                    r += L
+                    continue
+                c = r // G
+                hi = min(b, (c + 1) * G, r + (G - filled))
+                data = chunk_bytes(src, c)
+                if data is None:
+                    return False
+                window.append((data, r - c * G, hi - c * G))
+                filled += hi - r
+                r = hi
+                if filled == G and not close_chunk():
+                    return False
+        if filled and not close_chunk():
+            return False
+        if block:
+            stores.put(block_first, block)
     backend._invalidate(group, name)
     arr = backend.get_array(group, name)
     if arr.shape[0] != stop:
         arr.resize((stop,) + tuple(arr.shape[1:]))
         backend._invalidate(group, name)
     return True
+
+
+class _Stores:
+    """Stores of whole objects by ``writer`` on the codec pool, started in order while the caller
+    splices the next ones (a write's system time overlaps the splicing), at most :attr:`AHEAD`
+    in flight.  Leaving the ``with`` block waits for every one; the first store's error is raised
+    then (unless the block raised its own)."""
+
+    AHEAD = 4
+
+    def __init__(self, writer: Any):
+        self._writer = writer
+        self._pending: deque[Future] = deque()
+
+    def put(self, first: int, objects: list[bytes]) -> None:
+        self._pending.append(codec_pool().submit(self._writer._store_objects, first, objects))
+        while len(self._pending) > self.AHEAD:
+            self._pending.popleft().result()
+
+    def __enter__(self) -> "_Stores":
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        error = None
+        while self._pending:
+            try:
+                self._pending.popleft().result()
+            except BaseException as e:  # wait for the others before raising
+                error = error or e
+        if error is not None and kind is None:
+            raise error
 
 
 def _linkable(arr: Any, layout: Any, sources: dict) -> dict:

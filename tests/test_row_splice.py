@@ -210,3 +210,65 @@ def test_recovery_from_an_interrupted_video_append_keeps_the_committed_frames(tm
     np.testing.assert_array_equal(zarr.open_group(str(path), mode="r")["data/img"][:], committed)
     with ReplayBuffer(str(path), version=0) as rb:
         np.testing.assert_array_equal(np.asarray(rb["img"][:]), committed)
+
+
+@pytest.mark.parametrize("fail_at", [0, 2])
+def test_a_failed_background_store_is_raised_after_every_other_store_ended(tmp_path, monkeypatch, fail_at):
+    """Stores of spliced objects run on the codec pool while the next ones are spliced: the first
+    failure is raised by ``splice_rows`` (not lost, not returned as False), and it returns only
+    after every store it started has ended (none still writing behind the caller's back)."""
+    import threading
+    import time
+
+    from replaybuf_zarr.chunk_writer import ChunkWriter
+
+    b, _ = _backend(tmp_path, VideoCodec(gop=4), 40, shards=(8, H, W, 3))
+    calls, running, real = [], [], ChunkWriter._store_objects
+    lock = threading.Lock()
+
+    def store(self, first, encoded):
+        with lock:
+            n = len(calls)
+            calls.append(first)
+            running.append(1)
+        try:
+            time.sleep(0.05)
+            if n == fail_at:
+                raise OSError(28, "No space left on device")
+            return real(self, first, encoded)
+        finally:
+            with lock:
+                running.pop()
+
+    monkeypatch.setattr(ChunkWriter, "_store_objects", store)
+    with pytest.raises(OSError, match="No space left"):
+        b.splice_rows("data", "dst", 0, [("src", 1, 39)])  # off the GOP grid: 5 spliced shards, none linked
+    assert not running and len(calls) > fail_at + 1
+
+
+def test_an_undo_array_stores_its_objects_flat_and_reads_back_through_zarr_python(tmp_path):
+    """An edit's undo arrays (the versions group) use the default chunk key encoding with separator
+    ``.`` (``c.3.0.0.0`` in the array's directory: no three directories a shard to create), and plain
+    zarr-python reads every older version's rows from them as they were."""
+    from replaybuf_core import ReplayBuffer
+
+    n, G = 6, 4
+    frames = _frames(n * 10, 3)
+    path = tmp_path / "v.zarr"
+    with ReplayBuffer.create_empty("zarr", str(path)) as rb:
+        for e in range(n):
+            rb.add_episode({"camera": frames[e * 10:(e + 1) * 10], "x": np.arange(10, dtype=np.float32) + e},
+                           frames=f"camera=video:g{G}")
+    with ReplayBuffer(str(path)) as rb:
+        before = np.asarray(rb["camera"][:])
+        rb.delete_episodes([1])
+    undos = [p for p in (path / "versions").iterdir() if (p / "zarr.json").is_file()]
+    assert undos
+    for undo in undos:
+        assert not [p for p in undo.iterdir() if p.is_dir()], undo
+        assert zarr.open_array(str(undo)).metadata.chunk_key_encoding.separator == "."
+    cam = [u for u in undos if zarr.open_array(str(u)).ndim == 4]
+    assert cam  # the camera's backup is an undo array of frames
+    old = zarr.open_array(str(cam[0]))[:]
+    # the backup holds the old rows from a shard boundary on: they are the old frames, as stored
+    np.testing.assert_array_equal(old, before[len(before) - len(old):])

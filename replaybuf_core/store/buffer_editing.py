@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import numbers
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -142,7 +143,7 @@ class EpisodeEditing:
         if arr.ndim != 1:
             raise ValueError(f"{what}: episode indices must be 1-D, got shape {arr.shape}")
         out = [_check_index(i, self._n_ep) for i in arr.tolist()]
-        twice = sorted({i for i in out if out.count(i) > 1})
+        twice = sorted(i for i, n in Counter(out).items() if n > 1)
         if twice:
             raise ValueError(f"{what}: episodes {twice} are listed more than once")
         return np.asarray(sorted(out), dtype=np.int64)

@@ -188,10 +188,11 @@ class Target:
     restore's is :class:`~replaybuf_core.store.version_view.RestoreTarget`."""
 
     def __init__(self, old_ends: np.ndarray, ranges: list[tuple[int, int]], kept: np.ndarray):
-        self.ranges, self.kept = ranges, np.asarray(kept, dtype=np.int64)
-        self.ends = np.cumsum(np.array([b - a for a, b in ranges], dtype=np.int64), dtype=np.int64)
+        self.ranges = [(int(a), int(b)) for a, b in ranges]  # plain ints: :meth:`runs` walks them per key
+        self.kept = np.asarray(kept, dtype=np.int64)
+        self.ends = np.cumsum(np.array([b - a for a, b in self.ranges], dtype=np.int64), dtype=np.int64)
         first = 0  # the first row that changes: after the leading episodes kept whole and in place
-        for (a, b), e in zip(ranges, kept):
+        for (a, b), e in zip(self.ranges, kept):
             start_e = int(old_ends[e - 1]) if e else 0
             if (a, b) != (start_e, int(old_ends[e])) or a != first:
                 break
@@ -210,7 +211,7 @@ class Target:
     def runs(self, key: str, s0: int, backup: str) -> list[tuple[str, int, int]]:
         """New rows ``[s0, n_steps)`` of ``key`` as ``(array, a, b)`` row runs; ``backup`` holds the
         old rows from ``s0`` on (its row 0 is old row ``s0``)."""
-        return runs_of(backup, _sources(s0, self._first, self.ranges) - s0)
+        return runs_of(backup, [(a - s0, b - s0) for a, b in _sources(s0, self._first, self.ranges)])
 
     def meta(self, name: str, backup: tuple[str, str], store: StorageBackend, n_old: int) -> np.ndarray:
         """The new rows of the per-episode meta array ``name`` (``backup``: (group, name) of its old rows)."""
@@ -353,11 +354,10 @@ def _summary(kind: str, e0: int, n0: int, e1: int, n1: int) -> str:
     return f"{kind}: {e0} -> {e1} episodes, {n0} -> {n1} steps"
 
 
-def _sources(s0: int, first: int, ranges: list[tuple[int, int]]) -> np.ndarray:
-    """int64: the old row of each new row from ``s0`` on (rows before ``first`` stay, then the kept
-    ranges moved down)."""
-    pieces = [(s0, first)] + [(a, b) for a, b in ranges if b > first and a >= first]
-    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in pieces]) if pieces else np.zeros(0, np.int64)
+def _sources(s0: int, first: int, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The old row ranges of the new rows from ``s0`` on, in order (rows before ``first`` stay, then
+    the kept ranges moved down)."""
+    return [(s0, first)] + [(a, b) for a, b in ranges if b > first and a >= first]
 
 
 def _step(store: StorageBackend, key: str) -> int:

@@ -30,14 +30,19 @@ def moved_keys(store: StorageBackend, keys: list[str]) -> list[str]:
     return [k for k in keys if can("data", k)]
 
 
-def runs_of(src: str, rows: np.ndarray) -> list[tuple[str, int, int]]:
-    """``rows`` (int64, increasing runs) of array ``src`` as ``(src, a, b)`` row ranges, run by
-    contiguous run."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if not rows.size:
-        return []
-    cut = np.flatnonzero(np.diff(rows) != 1) + 1
-    return [(src, int(r[0]), int(r[-1]) + 1) for r in np.split(rows, cut)]
+def runs_of(src: str, ranges: list[tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """Row ranges ``[a, b)`` of array ``src``, in order, as ``(src, a, b)`` runs: empty ranges
+    dropped, a range starting where the one before it ends joined to it."""
+    out: list[tuple[str, int, int]] = []
+    for a, b in ranges:
+        a, b = int(a), int(b)
+        if b <= a:
+            continue
+        if out and out[-1][2] == a:
+            out[-1] = (src, out[-1][1], b)
+        else:
+            out.append((src, a, b))
+    return out
 
 
 def splice(store: StorageBackend, key: str, start: int, pieces: list[tuple[str, int, int]],

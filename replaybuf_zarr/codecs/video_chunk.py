@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import accumulate
 
 __all__ = ["BLANK_CODEC", "MAGIC", "MAX_SEGMENTS", "Segment", "pack_chunk", "recut", "splice", "unpack_chunk"]
 
@@ -76,8 +78,8 @@ def pack_chunk(segments: list[Segment] | tuple[Segment, ...]) -> bytes:
                 raise ValueError(f"video chunk: {what} must be in 0..65535, got {v}")
         out += [struct.pack("<B", len(name)), name, struct.pack("<I", len(seg.extradata)), bytes(seg.extradata),
                 struct.pack("<HHI", seg.skip, seg.take, len(seg.packets))]
-        out.append(struct.pack(f"<{len(seg.packets)}I", *(len(p) for p in seg.packets)))
-        out += [bytes(p) for p in seg.packets]
+        out.append(_sizes(len(seg.packets)).pack(*map(len, seg.packets)))
+        out += map(bytes, seg.packets)
     return b"".join(out)
 
 
@@ -87,36 +89,61 @@ def unpack_chunk(data: bytes | memoryview) -> list[Segment]:
     Raises ValueError naming the byte offset: not a video chunk (magic), an unknown version, or a
     chunk shorter or longer than its fields say (truncated or damaged).
     """
-    view = memoryview(data).cast("B")
-    pos = 0
+    buf = data if type(data) is bytes else bytes(memoryview(data).cast("B"))
+    size = len(buf)
 
-    def take(n: int, what: str) -> memoryview:
-        nonlocal pos
-        if n < 0 or pos + n > len(view):
+    def need(pos: int, n: int, what: str) -> None:
+        if n < 0 or pos + n > size:
             raise ValueError(f"video chunk truncated: {what} needs {n} bytes at offset {pos}, the chunk is "
-                             f"{len(view)} bytes")
-        part = view[pos:pos + n]
-        pos += n
-        return part
+                             f"{size} bytes")
 
-    if bytes(take(4, "the magic")) != MAGIC:
-        raise ValueError(f"not a replaybuf video chunk (it starts {bytes(view[:4])!r}, expected {MAGIC!r})")
-    version, n_segments = struct.unpack("<BB", take(2, "the header"))
+    need(0, 4, "the magic")
+    if buf[:4] != MAGIC:
+        raise ValueError(f"not a replaybuf video chunk (it starts {buf[:4]!r}, expected {MAGIC!r})")
+    need(4, 2, "the header")
+    version, n_segments = buf[4], buf[5]
     if version != VERSION:
         raise ValueError(f"video chunk version {version} is not known (this replaybuf reads version {VERSION})")
+    pos = 6
     segments = []
     for _ in range(n_segments):
-        (n_name,) = struct.unpack("<B", take(1, "a codec name length"))
-        codec = bytes(take(n_name, "a codec name")).decode("ascii", errors="replace")
-        (n_extra,) = struct.unpack("<I", take(4, "an extradata length"))
-        extradata = bytes(take(n_extra, "extradata"))
-        skip, keep, n_packets = struct.unpack("<HHI", take(8, "a segment header"))
-        sizes = struct.unpack(f"<{n_packets}I", take(4 * n_packets, "the packet sizes"))
-        packets = tuple(bytes(take(s, f"packet {i}")) for i, s in enumerate(sizes))
+        need(pos, 1, "a codec name length")
+        n_name = buf[pos]
+        pos += 1
+        need(pos, n_name, "a codec name")
+        codec = buf[pos:pos + n_name].decode("ascii", errors="replace")
+        pos += n_name
+        need(pos, 4, "an extradata length")
+        (n_extra,) = _U32.unpack_from(buf, pos)
+        pos += 4
+        need(pos, n_extra, "extradata")
+        extradata = buf[pos:pos + n_extra]
+        pos += n_extra
+        need(pos, 8, "a segment header")
+        skip, keep, n_packets = _SEGMENT_HEAD.unpack_from(buf, pos)
+        pos += 8
+        need(pos, 4 * n_packets, "the packet sizes")
+        sizes = _sizes(n_packets).unpack_from(buf, pos)
+        pos += 4 * n_packets
+        ends = list(accumulate(sizes, initial=pos))
+        if ends[-1] > size:  # name the first packet that does not fit
+            i = next(i for i in range(n_packets) if ends[i + 1] > size)
+            need(ends[i], sizes[i], f"packet {i}")
+        packets = tuple(map(buf.__getitem__, map(slice, ends, ends[1:])))
+        pos = ends[-1]
         segments.append(Segment(codec, extradata, skip, keep, packets))
-    if pos != len(view):
-        raise ValueError(f"video chunk has {len(view) - pos} bytes after its last segment (damaged)")
+    if pos != size:
+        raise ValueError(f"video chunk has {size - pos} bytes after its last segment (damaged)")
     return segments
+
+
+_U32 = struct.Struct("<I")
+_SEGMENT_HEAD = struct.Struct("<HHI")
+
+
+@lru_cache(maxsize=64)
+def _sizes(n: int) -> struct.Struct:
+    return struct.Struct(f"<{n}I")
 
 
 def recut(segments: list[Segment] | tuple[Segment, ...], lo: int, hi: int) -> list[Segment]:

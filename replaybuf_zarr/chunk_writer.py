@@ -70,8 +70,8 @@ class ChunkWriter:
         """Make stored object ``index`` (a shard, else a chunk, along time) of this array a hard link
         to object ``src_index`` of ``src``'s array — the same layout, both in one ``LocalStore``
         directory tree.  Where the object does not exist yet the link is made at its name (one
-        atomic ``link``); else through a temporary link and a rename (a kill leaves the old object or
-        the new one).  No byte is read or written: a backup of whole shards costs a link each.  Safe
+        atomic ``link``); where it is that file already, nothing is done; else through a temporary
+        link and a rename (a kill leaves the old object or the new one).  No byte is read or written: a backup of whole shards costs a link each.  Safe
         because nothing writes an object in place: this writer and zarr-python's ``LocalStore``
         (``_atomic_write``) store every object as a new file renamed over the old one, and a
         deletion unlinks one name only.  False, nothing changed, when either array is not on local
@@ -90,6 +90,11 @@ class ChunkWriter:
             pass
         except OSError:
             return False  # no source file, a directory, another device, a refusing file system
+        try:
+            if os.path.samefile(source, path):
+                return True  # already that file (a roll-back's shards the edit had not rewritten yet)
+        except OSError:
+            pass
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         try:
             _link(source, tmp, directory)
@@ -97,10 +102,9 @@ class ChunkWriter:
             return False
         try:
             os.replace(tmp, path)
-        except BaseException:
+        finally:  # rename(2) of two names of one file does nothing and leaves both: never keep the temporary one
             if os.path.lexists(tmp):
                 os.unlink(tmp)
-            raise
         return True
 
     def write(self, start: int, values: np.ndarray) -> bool:

@@ -272,3 +272,41 @@ def test_an_undo_array_stores_its_objects_flat_and_reads_back_through_zarr_pytho
     old = zarr.open_array(str(cam[0]))[:]
     # the backup holds the old rows from a shard boundary on: they are the old frames, as stored
     np.testing.assert_array_equal(old, before[len(before) - len(old):])
+
+
+def test_a_rolled_back_edit_leaves_no_temporary_names_in_the_array(tmp_path, monkeypatch):
+    """An edit that fails part of the way through its rewrite is rolled back by linking the backup's
+    shards back, most of them onto names that already are those files: the array is as before and
+    holds no ``.tmp-*`` name (they kept old shards' bytes on disk for ever)."""
+    import os
+
+    from replaybuf_core import ReplayBuffer
+    from replaybuf_zarr.chunk_writer import ChunkWriter
+
+    path = tmp_path / "v.zarr"
+    frames = _frames(60, 5)
+    with ReplayBuffer.create_empty("zarr", str(path)) as rb:
+        with rb.writer(frames="camera=video:g4", frames_per_shard=8) as w:
+            for e in range(6):
+                w.add_episode({"camera": frames[e * 10:(e + 1) * 10], "x": np.zeros(10, np.float32)})
+    with ReplayBuffer(str(path)) as rb:
+        before = np.asarray(rb["camera"][:])
+    real, calls = ChunkWriter._put, []
+
+    def put(self, key, data):
+        if key.startswith("data/camera/"):
+            calls.append(key)
+            if len(calls) == 3:
+                raise OSError(28, "No space left on device")
+        return real(self, key, data)
+
+    monkeypatch.setattr(ChunkWriter, "_put", put)
+    with ReplayBuffer(str(path)) as rb:
+        with pytest.raises(OSError, match="No space left"):
+            rb.delete_episodes([0])
+    monkeypatch.undo()
+    assert len(calls) >= 3
+    with ReplayBuffer(str(path), read_only=True) as rb:
+        np.testing.assert_array_equal(np.asarray(rb["camera"][:]), before)
+    left = [f for d, _, fs in os.walk(path / "data") for f in fs if f.startswith(".tmp-")]
+    assert not left

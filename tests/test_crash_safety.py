@@ -282,7 +282,8 @@ def test_verify_repair_cli(tmp_path, capsys):
 # ------------------------------------------------------------------------------------ fault injection
 #: (kind, max delay in s): long enough to land anywhere in a few calls of the operation
 KILLS = [("add_episode", 0.3), ("writer", 0.4), ("writer_frames", 0.4), ("drop_episode", 0.3), ("pop_episode", 0.3),
-         ("set_chunks", 0.6), ("set_compressors", 0.6), ("rechunk_recompress", 0.6), ("delete_episodes", 1.5)]
+         ("set_chunks", 0.6), ("set_compressors", 0.6), ("rechunk_recompress", 0.6), ("delete_episodes", 1.5),
+         ("delete_frames", 1.5)]
 N_KILLS = 5
 
 
@@ -299,7 +300,8 @@ def test_sigkill(tmp_path, kind, max_delay):
 #: metadata writes and deletions (:mod:`replaybuf_core.testing.file_op_kill`) of one call of each kind on the
 #: trial stores, as measured (they only set the range the kill points are drawn from)
 FILE_OPS_PER_CALL = {"add_episode": 6, "writer": 10, "writer_frames": 10, "drop_episode": 33, "pop_episode": 33,
-                     "set_chunks": 393, "set_compressors": 346, "rechunk_recompress": 300, "delete_episodes": 33}
+                     "set_chunks": 393, "set_compressors": 346, "rechunk_recompress": 300, "delete_episodes": 33,
+                     "delete_frames": 317}
 
 
 @pytest.mark.parametrize("kind", crash.KINDS)

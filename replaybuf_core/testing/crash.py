@@ -11,7 +11,11 @@ rebuild it), that at most the episode in flight is missing, and that appending c
 Kinds: ``add_episode``, ``writer`` (``EpisodeWriter``), ``writer_frames`` (``EpisodeWriter`` on a store
 with one-frame ``img`` chunks, so blocks are encoded in the background, committing every 20 ms),
 ``drop_episode``, ``pop_episode``,
-``set_chunks``, ``set_compressors``, ``rechunk_recompress`` (the seed's ``rechunk_recompress_array``).
+``set_chunks``, ``set_compressors``, ``rechunk_recompress`` (the seed's ``rechunk_recompress_array``),
+``delete_episodes`` (an edit deleting episode 1 again and again) and ``delete_frames`` (the same on a
+store whose ``img`` frames a lossless frame codec stores, ``exact``, in shards of 8 frames: the edit
+moves them as stored bytes, its backup hard-linked, its re-cut shards stored on the codec pool while
+the next are cut).
 
 Any persistent backend can be tried: :func:`create` takes its name and the child opens the path with
 whichever backend claims it (a directory: zarr; ``.h5``: hdf5).  :data:`BACKEND_KINDS` are the kinds
@@ -37,9 +41,9 @@ from replaybuf_core.store.buffer import ReplayBuffer
 from . import file_op_kill
 
 KINDS = ("add_episode", "writer", "writer_frames", "drop_episode", "pop_episode", "set_chunks", "set_compressors",
-         "rechunk_recompress", "delete_episodes")
+         "rechunk_recompress", "delete_episodes", "delete_frames")
 #: edits (:mod:`replaybuf_core.store.editing`): the child deletes episode 1 again and again
-EDIT_KINDS = ("delete_episodes",)
+EDIT_KINDS = ("delete_episodes", "delete_frames")
 APPEND_KINDS = ("add_episode", "writer", "writer_frames")
 #: the kinds a third-party persistent backend is held to (no zarr-only operation)
 SHRINK_KINDS = ("drop_episode", "pop_episode")
@@ -48,6 +52,8 @@ KEYS = ("action", "img", "label", "obs")
 CHUNKS = {"obs": (8, 4), "action": (8, 2), "img": (8, 6, 6, 3), "label": (8,)}
 #: ``writer_frames``: one frame a chunk, as camera frames are stored (writes of many chunks run on the pool)
 FRAME_CHUNKS = dict(CHUNKS, img=(1, 6, 6, 3))
+#: ``delete_frames``: ``img`` stored by a lossless frame codec (rows moved as stored bytes), 8 frames a shard
+FRAMES, FRAMES_PER_SHARD = "img=exact", 8
 #: the parent tops a store up to this many episodes before a shrink trial, trims it past MAX_EPISODES
 MIN_EPISODES, MAX_EPISODES = 40, 300
 
@@ -76,9 +82,16 @@ def expected_steps(n_episodes: int, ids: list[int] | None = None) -> tuple[np.nd
 def create(path: str | os.PathLike, n_episodes: int = MIN_EPISODES, kind: str | None = None,
            backend: str = "zarr") -> None:
     """A fresh buffer on ``backend`` at ``path`` (a zarr LocalStore directory by default) holding
-    episodes ``0..n_episodes-1`` (chunks of 8 rows; one-frame ``img`` chunks for ``kind="writer_frames"``)."""
+    episodes ``0..n_episodes-1`` (chunks of 8 rows; one-frame ``img`` chunks for ``kind="writer_frames"``;
+    :data:`FRAMES` in shards of :data:`FRAMES_PER_SHARD` for ``kind="delete_frames"``)."""
     chunks = FRAME_CHUNKS if kind == "writer_frames" else CHUNKS
     with ReplayBuffer.create_empty(backend, os.fspath(path)) as rb:
+        if kind == "delete_frames":
+            with rb.writer(chunks={k: c for k, c in CHUNKS.items() if k != "img"}, frames=FRAMES,
+                           frames_per_shard=FRAMES_PER_SHARD) as w:
+                for i in range(n_episodes):
+                    w.add_episode(episode(i))
+            return
         for i in range(n_episodes):
             rb.add_episode(episode(i), chunks=chunks)
 
@@ -116,7 +129,7 @@ def _child(kind: str, path: str) -> None:  # pragma: no cover - runs in a subpro
                 rb.drop_episode()
             out.write(f"done {rb.n_episodes}\n")
             out.flush()
-    elif kind == "delete_episodes":
+    elif kind in EDIT_KINDS:
         deleted = 0
         while rb.n_episodes > 2:
             rb.delete_episodes([1])
@@ -219,7 +232,7 @@ def run_trial(kind: str, path: str | os.PathLike, rng: np.random.Generator, max_
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
-        create(path, MIN_EPISODES)
+        create(path, MIN_EPISODES, kind=kind)
     try:
         rb = _open_quiet(path)
     except Exception as exc:  # noqa: BLE001 - a store an earlier kill left unopenable

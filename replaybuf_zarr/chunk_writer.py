@@ -15,7 +15,6 @@ through zarr-python.
 from __future__ import annotations
 
 import os
-import uuid
 from concurrent.futures import Future
 from typing import Callable
 
@@ -53,11 +52,15 @@ class ChunkWriter:
             path = os.path.join(self._local, key)
             directory = os.path.dirname(path)
             # mode 0o666 less the umask, as zarr's LocalStore and open() give (mkstemp would make it 0600)
-            tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+            tmp = os.path.join(directory, f".tmp-{os.urandom(16).hex()}")
             fd = _create(tmp, directory)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
+                try:
+                    view, done = memoryview(data).cast("B"), 0
+                    while done < len(view):
+                        done += os.write(fd, view[done:])
+                finally:
+                    os.close(fd)
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):
@@ -95,7 +98,7 @@ class ChunkWriter:
                 return True  # already that file (a roll-back's shards the edit had not rewritten yet)
         except OSError:
             pass
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f".tmp-{os.urandom(16).hex()}")
         try:
             _link(source, tmp, directory)
         except OSError:

@@ -23,7 +23,8 @@ from replaybuf_core.testing import crash
 
 #: kind → largest kill delay (s): a few calls of the operation, so kills land anywhere in it
 MAX_DELAY = {"add_episode": 0.3, "writer": 0.4, "writer_frames": 0.4, "drop_episode": 0.3, "pop_episode": 0.3,
-             "set_chunks": 0.8, "set_compressors": 0.8, "rechunk_recompress": 0.8, "delete_episodes": 1.5}
+             "set_chunks": 0.8, "set_compressors": 0.8, "rechunk_recompress": 0.8, "delete_episodes": 1.5,
+             "delete_frames": 1.5}
 
 
 def main(argv: list[str] | None = None) -> int:

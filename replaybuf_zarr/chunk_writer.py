@@ -75,11 +75,11 @@ class ChunkWriter:
         directory tree.  Where the object does not exist yet the link is made at its name (one
         atomic ``link``); where it is that file already, nothing is done; else through a temporary
         link and a rename (a kill leaves the old object or the new one).  No byte is read or
-        written: a backup of whole shards costs a link each.  Safe because nothing writes an object in place: this writer and zarr-python's ``LocalStore``
-        (``_atomic_write``) store every object as a new file renamed over the old one, and a
-        deletion unlinks one name only.  False, nothing changed, when either array is not on local
-        disk, the source object was never written (or is not a file), or the file system refuses
-        (another device)."""
+        written: a backup of whole shards costs a link each.  Safe because nothing writes an object
+        in place: this writer and zarr-python's ``LocalStore`` (``_atomic_write``) store every object
+        as a new file renamed over the old one, and a deletion unlinks one name only.  False,
+        nothing changed, when either array is not on local disk, the source object was never
+        written (or is not a file), or the file system refuses (another device)."""
         if self._local is None or src._local is None:
             return False
         tail = (0,) * (len(self._chunk) - 1)

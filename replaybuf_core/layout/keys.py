@@ -53,4 +53,5 @@ def check_key(key: Any, what: str = "data key") -> None:
         raise ValueError(f"{what} {key[:40]!r}... is {len(key.encode('utf-8'))} bytes long: keys hold at most "
                          f"{MAX_KEY_BYTES} (they become file names)")
     if is_temp_name(key):
-        raise ValueError(f"{what} {key!r} is reserved for rechunk temp arrays ('_temp', '_temp.*', '_temp_old*')")
+        raise ValueError(f"{what} {key!r} is reserved for the temp arrays of rechunks, edits and versions "
+                         "('_temp', '_temp.*', '_temp_old*', '_temp_undo.*', '_temp_ver.*')")

@@ -8,7 +8,12 @@
   ``WindowSampler.sample_batch`` on the same keys and offsets; the mixture's expected rate is the
   weighted harmonic mean ``1 / sum(p_s / rate_s)`` of those, ``p_s`` its shares (weights 1 : 1 : 1);
   the ratio is what ``Mixture.sample_batch`` reaches against it (goal >= 0.9).  Batches of 32, one
-  process, rounds alternating, medians.
+  process; each round times 4 batches of every configuration, in an order that turns from round to
+  round.  The ratio is taken within each round, over the samples the mixture's batches drew: the
+  time each store alone (its batches of 32, that round) takes for as many samples as the mixture
+  drew from it, over the mixture's time — the nominal shares' expectation without the binomial
+  spread of 4 batches (median and range over 12 rounds).  CPU-ms a sample (user + sys of the
+  process, its decode threads included) is printed beside samples/s.
 * **Object storage**: Push-T in a bucket (moto's server) behind a proxy adding 30 ms to each request:
   the mixture's streaming order (``block=256, span=4``) with the node's local byte cache, a prefetch
   thread and the read-ahead of the next run of blocks, through ``MixtureDataset`` (0 workers), against
@@ -190,6 +195,18 @@ def _alone(mix, s: int):
                          dtypes="stored", window_index=sampler.window_index)
 
 
+def _timed(fn, calls: int) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + sys of this process: its decode threads included) of
+    ``calls`` calls of ``fn``."""
+    import resource
+
+    c, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    for _ in range(calls):
+        fn()
+    wall, c2 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF)
+    return wall, (c2.ru_utime - c.ru_utime) + (c2.ru_stime - c.ru_stime)
+
+
 def throughput(table: Table, tmp: Path, smoke: bool) -> None:
     stores = _import_all(tmp, smoke)
     if len(stores) < 3:
@@ -198,42 +215,118 @@ def throughput(table: Table, tmp: Path, smoke: bool) -> None:
     mix = _mixture(stores, {n: 1.0 for n in stores})
     alone = [_alone(mix, s) for s in range(len(stores))]
     rng = np.random.default_rng(0)
-    rounds = 3 if smoke else 15
-    rates = {n: [] for n in stores}
-    mixed, same_alone, same_mixed = [], [], []
-    for r in range(rounds + 1):
-        for s, name in enumerate(stores):
-            idx = rng.integers(0, len(alone[s]), BATCH)
-            t = time.perf_counter()
-            alone[s].sample_batch(idx)
-            if r:
-                rates[name].append(BATCH / (time.perf_counter() - t))
-        pos = (r * BATCH + np.arange(BATCH)) % len(mix)
-        t = time.perf_counter()
-        mix.sample_batch(pos)
-        if r:
-            mixed.append(BATCH / (time.perf_counter() - t))
-        src, win = mix.order.locate(0, pos)  # the same windows through each store's sampler: the mixture's own cost
-        t = time.perf_counter()
-        for s in np.unique(src):
-            alone[int(s)].sample_batch(win[src == s])
-        if r:
-            same_alone.append(time.perf_counter() - t)
-            same_mixed.append(BATCH / mixed[-1])
-    med = {n: statistics.median(v) for n, v in rates.items()}
+    rounds, calls = (3, 2) if smoke else (12, 4)
     p = mix.order.probabilities
-    expected = 1 / sum(p[s] / med[n] for s, n in enumerate(stores))
-    got = statistics.median(mixed)
+    per = {n: [] for n in stores}  # (wall, cpu) of `calls` batches of BATCH, a round each
+    mixed, same, ratios = [], [], []
+    drew = np.zeros(len(stores), np.int64)
+    position = 0
+    for r in range(rounds + 1):  # round 0 warms up; the order of the configurations turns each round
+        runs = []
+        for s, name in enumerate(stores):
+            runs.append((name, lambda s=s: alone[s].sample_batch(rng.integers(0, len(alone[s]), BATCH))))
+        positions = [(position + j * BATCH + np.arange(BATCH)) % len(mix) for j in range(calls)]
+        position += calls * BATCH
+        batches = iter(positions)
+        runs.append(("mixture", lambda: mix.sample_batch(next(batches))))
+        drawn = [mix.order.locate(0, pos) for pos in positions]
+        located = iter(drawn)
+
+        def same_windows():  # the mixture's windows through each store's sampler: the mixture's own cost
+            src, win = next(located)
+            for s in np.unique(src):
+                alone[int(s)].sample_batch(win[src == s])
+        runs.append(("same", same_windows))
+        got = {}
+        for k in range(len(runs)):
+            name, fn = runs[(k + r) % len(runs)]
+            got[name] = _timed(fn, calls)
+        if not r:
+            continue
+        for name in stores:
+            per[name].append(got[name])
+        mixed.append(got["mixture"])
+        same.append(got["same"])
+        # the time the stores alone take for the samples these mixture batches drew (each at its rate this round)
+        share = np.bincount(np.concatenate([src for src, _ in drawn]), minlength=len(stores))
+        drew += share
+        expected = sum(int(share[s]) * got[n][0] / (calls * BATCH) for s, n in enumerate(stores))
+        ratios.append(expected / got["mixture"][0])
+
+    def rate(runs):  # samples/s: median and range over the rounds
+        v = [calls * BATCH / w for w, _ in runs]
+        return statistics.median(v), min(v), max(v)
+
+    def cpu_ms(runs):
+        return statistics.median(c / (calls * BATCH) * 1e3 for _, c in runs)
+
     for s, n in enumerate(stores):
-        table.add("mixture", f"{n} alone: WindowSampler.sample_batch({BATCH}) (share {p[s]:.2f})", med[n], "samples/s",
-                  "{:.0f}")
+        med, lo, hi = rate(per[n])
+        table.add("mixture", f"{n} alone: WindowSampler.sample_batch({BATCH}) (share {p[s]:.2f}); range {lo:.0f}-{hi:.0f}",
+                  med, "samples/s", "{:.0f}")
+        table.add("mixture", f"{n} alone: CPU per sample (user+sys, decode threads included)", cpu_ms(per[n]),
+                  "CPU-ms", "{:.2f}")
+    expected = 1 / sum(p[s] / rate(per[n])[0] for s, n in enumerate(stores))
     table.add("mixture", "weighted expectation 1 / sum(p_s / rate_s)", expected, "samples/s", "{:.0f}")
-    table.add("mixture", f"the mixture of the three: Mixture.sample_batch({BATCH})", got, "samples/s", "{:.0f}")
-    table.ratio("mixture", "mixture / weighted throughput of each alone", got / expected, ">= 0.9", got / expected >= 0.9)
-    own = statistics.median(same_alone) / statistics.median(same_mixed)
+    drawn_shares = ", ".join(f"{n} {drew[s] / drew.sum():.2f}" for s, n in enumerate(stores))
+    table.add("mixture", f"the same with the shares the timed mixture batches drew ({drawn_shares})",
+              1 / sum(drew[s] / drew.sum() / rate(per[n])[0] for s, n in enumerate(stores)), "samples/s", "{:.0f}")
+    table.add("mixture", "weighted CPU per sample of the stores alone", sum(p[s] * cpu_ms(per[n])
+              for s, n in enumerate(stores)), "CPU-ms", "{:.2f}")
+    med, lo, hi = rate(mixed)
+    table.add("mixture", f"the mixture of the three: Mixture.sample_batch({BATCH}); range {lo:.0f}-{hi:.0f}", med,
+              "samples/s", "{:.0f}")
+    table.add("mixture", "the mixture: CPU per sample", cpu_ms(mixed), "CPU-ms", "{:.2f}")
+    ratio = statistics.median(ratios)
+    table.ratio("mixture", f"mixture / the stores alone on the batches' draws (rounds: {min(ratios):.2f}-{max(ratios):.2f})",
+                ratio, ">= 0.9", ratio >= 0.9)
+    own = statistics.median(w for w, _ in same) / statistics.median(w for w, _ in mixed)
     table.ratio("mixture", "mixture / its stores' samplers on the same windows (its own cost)", own, "(informational)",
                 True)
+    _through_datasets(table, stores, mix, smoke)
     _bucket(table, stores["pusht"], tmp, smoke)
+
+
+def _through_datasets(table: Table, stores: dict[str, Path], mix: Mixture, smoke: bool) -> None:
+    """The training path: ``MixtureDataset(mix, 32)`` iterated (0 workers, its default prefetch)
+    against each store alone read the same way (a mixture of that store only, its own keys)."""
+    from replaybuf_core.torch import MixtureDataset
+
+    alone = {n: _mixture({n: p}, {n: 1.0}) for n, p in stores.items()}
+    configs = [(n, m) for n, m in alone.items()] + [("mixture", mix)]
+    rounds, timed = (2, 3) if smoke else (10, 10)
+    runs: dict[str, list[tuple[float, float]]] = {n: [] for n, _ in configs}
+    ratios, drew = [], np.zeros(len(stores), np.int64)
+    start = {n: 0 for n, _ in configs}
+    for r in range(rounds):
+        got = {}
+        for k in range(len(configs)):
+            name, m = configs[(k + r) % len(configs)]
+            ds = MixtureDataset(m, BATCH, rank=0, world_size=1)
+            ds.set_position(0, start[name] % (len(m) - (timed + 2) * BATCH))
+            start[name] += (timed + 2) * BATCH
+            it = iter(ds)
+            next(it), next(it)  # its prefetch thread running
+            sources = []  # (each batch dropped as a training step drops it: its arrays are reused)
+            got[name] = _timed(lambda: sources.append(next(it)["source_index"].numpy().copy()), timed)
+            it.close()
+            if name == "mixture":
+                share = np.bincount(np.concatenate(sources), minlength=len(stores))
+        for n, _ in configs:
+            runs[n].append(got[n])
+        drew += share
+        expected = sum(int(share[s]) * got[n][0] / (timed * BATCH) for s, n in enumerate(stores))
+        ratios.append(expected / got["mixture"][0])
+    for n, _ in configs:
+        v = [timed * BATCH / w for w, _ in runs[n]]
+        cpu = statistics.median(c / (timed * BATCH) * 1e3 for _, c in runs[n])
+        label = f"{n} alone (a mixture of it only)" if n != "mixture" else "the mixture of the three"
+        table.add("mixture", f"{label}: MixtureDataset({BATCH}) iterated; range {min(v):.0f}-{max(v):.0f}",
+                  statistics.median(v), "samples/s", "{:.0f}")
+        table.add("mixture", f"{label}: MixtureDataset, CPU per sample", cpu, "CPU-ms", "{:.2f}")
+    ratio = statistics.median(ratios)
+    table.ratio("mixture", f"training path: mixture / the stores alone on its draws (rounds: {min(ratios):.2f}-"
+                f"{max(ratios):.2f})", ratio, ">= 0.9", ratio >= 0.9)
 
 
 # ---------------------------------------------------------------------------- object storage

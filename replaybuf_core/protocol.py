@@ -14,6 +14,7 @@ Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
                    of :class:`replaybuf_core.testing.conformance.CrashConformance` hold a backend to it)
 ``"batched_read"`` ``read_ranges`` serves many row ranges with one read per chunk touched
 ``"versions"``     a third group ``"versions"`` (created on first use) holds older versions' undos
+``"rows_at"``      ``read_rows`` and ``read_rows_async`` take ``at=`` (see there)
 
 Optional methods, called only when present (``getattr(store, name, None)``):
 
@@ -29,7 +30,11 @@ Optional methods, called only when present (``getattr(store, name, None)``):
 ``read_rows(group, name, rows, out)``  gather arbitrary rows (int array of any shape) into ``out``
                                       (shape ``rows.shape + step shape``); else :func:`read_rows_via_ranges`
 ``read_rows_async(group, name, rows, out)``  start that gather; returns an object whose ``result()``
-                                      finishes it and returns ``out`` (the sampler starts every key first)
+                                      finishes it and returns ``out`` (the sampler starts every key first).
+                                      With ``"rows_at"``, both take ``at=`` (int (n,), n = ``len(rows)``,
+                                      distinct): row ``i`` of ``rows`` goes to ``out[at[i]]``, ``out``
+                                      of shape ``(m,) + rows.shape[1:] + step shape`` (a mixture's store
+                                      reads its share of a batch straight into the batch's rows)
 ``write_async(group, name, start, values) -> Future``  a ``write`` that may finish in the background
                                       (``EpisodeWriter`` overlaps encoding with staging); the
                                       ``concurrent.futures.Future`` carries its error.  Until it is done,
@@ -119,7 +124,10 @@ CAP_BATCHED_READ = "batched_read"
 #: same verbs; readers of ``data`` and ``meta`` (plain zarr-python, diffusion_policy) never see them
 CAP_VERSIONS = "versions"
 VERSIONS_GROUP = "versions"
-KNOWN_CAPABILITIES = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT, CAP_BATCHED_READ, CAP_VERSIONS})
+#: ``read_rows`` / ``read_rows_async`` take ``at=``: the rows land in the rows of ``out`` it names
+CAP_ROWS_AT = "rows_at"
+KNOWN_CAPABILITIES = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT, CAP_BATCHED_READ, CAP_VERSIONS,
+                                CAP_ROWS_AT})
 
 
 @runtime_checkable
@@ -261,12 +269,22 @@ def check_row_region(group: str, name: str, n_rows: int, start: int, n: int) -> 
     return stop
 
 
+def distinct(values: np.ndarray) -> bool:
+    """Whether the 1-D int array ``values`` names no value twice (an ``at=``): a strictly increasing
+    one (a mixture's rows of one store) is seen without sorting."""
+    return values.size < 2 or bool(np.all(values[1:] > values[:-1])) or np.unique(values).size == values.size
+
+
 def read_rows_via_ranges(store: StorageBackend, group: str, name: str, rows: np.ndarray,
-                         out: np.ndarray) -> np.ndarray:
+                         out: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
     """Gather ``rows`` (int array, any shape, in range) of ``group/name`` into ``out`` through
-    ``read_ranges``: the distinct rows are read as runs of consecutive rows, then indexed."""
+    ``read_ranges``: the distinct rows are read as runs of consecutive rows, then indexed.  ``at``
+    (int (n,)): row ``i`` of ``rows`` goes to ``out[at[i]]`` (see ``"rows_at"``)."""
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
+        return out
+    if at is not None:
+        out[at] = read_rows_via_ranges(store, group, name, rows, np.empty(rows.shape + out.shape[rows.ndim:], out.dtype))
         return out
     uniq = np.unique(rows)
     breaks = np.flatnonzero(np.diff(uniq) != 1) + 1

@@ -24,6 +24,7 @@ from replaybuf_core.protocol import (
     CAP_CHUNKS,
     CAP_CODECS,
     CAP_PERSISTENT,
+    CAP_ROWS_AT,
     CAP_SHARDS,
     CAP_VERSIONS,
     GROUPS,
@@ -80,7 +81,7 @@ class ZarrBackend(StoredBytes):
             caps.add(CAP_SHARDS)
         if local_root(root.store) is not None or type(root.store).__name__ in ("ZipStore", "FsspecStore"):
             caps.add(CAP_PERSISTENT)
-        caps.add(CAP_BATCHED_READ)
+        caps.update((CAP_BATCHED_READ, CAP_ROWS_AT))
         if root.metadata.zarr_format == 3:
             caps.add(CAP_VERSIONS)
         self.capabilities = frozenset(caps)
@@ -502,12 +503,15 @@ class ZarrBackend(StoredBytes):
         self._settle((group, name))
         return missing_objects(self.get_array(group, name), f"{group}/{name}", rows)
 
-    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Gather ``rows`` (int array of any shape) into ``out``: the fast reader decodes every chunk
-        touched once and copies rows straight into ``out``; other layouts go through zarr-python."""
-        return self.read_rows_async(group, name, rows, out).result()
+    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
+                  at: np.ndarray | None = None) -> np.ndarray:
+        """Gather ``rows`` (int array of any shape) into ``out`` (row ``i`` into ``out[at[i]]`` with
+        ``at``: capability ``"rows_at"``): the fast reader decodes every chunk touched once and
+        copies rows straight into ``out``; other layouts go through zarr-python."""
+        return self.read_rows_async(group, name, rows, out, at).result()
 
-    def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> Any:
+    def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
+                        at: np.ndarray | None = None) -> Any:
         """Optional protocol method: start :meth:`read_rows`; returns an object whose ``result()``
         completes the read and returns ``out``.  Many chunks to decode: pool helpers start now and
         ``result()`` joins them; otherwise the read is done before returning."""
@@ -515,8 +519,8 @@ class ZarrBackend(StoredBytes):
             self._settle((group, name), int(np.min(rows)), int(np.max(rows)) + 1)
         reader = self._reader(group, name)
         if reader is not None:
-            return reader.read_rows_async(rows, out)
-        return RowsRead(value=read_rows_via_ranges(self, group, name, rows, out))
+            return reader.read_rows_async(rows, out, at)
+        return RowsRead(value=read_rows_via_ranges(self, group, name, rows, out, at))
 
     def read_rows_resized(self, group: str, name: str, rows: np.ndarray, out: np.ndarray, fr: Any) -> np.ndarray | None:
         """Optional protocol method: :meth:`read_rows` of camera frames cropped and resized as ``fr``

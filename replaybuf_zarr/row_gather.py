@@ -54,20 +54,22 @@ class RowGather:
                 out[c] = offsets
         return out
 
-    def read_rows(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def read_rows(self, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
         """Gather ``rows`` (int array of any shape, ``0 <= row < shape[0]``) into ``out`` (shape
         ``rows.shape + shape[1:]``, may be a strided view): every chunk touched is decoded once (in
-        parallel when many) and its rows are copied straight into ``out`` — no intermediate arrays."""
-        return self.read_rows_async(rows, out).result()
+        parallel when many) and its rows are copied straight into ``out`` — no intermediate arrays.
+        ``at`` (int (n,), distinct; n = ``len(rows)``): row ``i`` of ``rows`` goes to ``out[at[i]]``
+        instead, ``out`` of shape ``(m,) + rows.shape[1:] + shape[1:]``."""
+        return self.read_rows_async(rows, out, at).result()
 
-    def read_rows_async(self, rows: np.ndarray, out: np.ndarray) -> RowsRead:
+    def read_rows_async(self, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None) -> RowsRead:
         """Start :meth:`read_rows`: when many chunks must be decoded, pool helpers start decoding now
         and ``result()`` of the returned :class:`RowsRead` joins them (decoding what is left on the
         calling thread), fills ``out`` and returns it.  Leave ``out`` alone until then."""
         rows = np.asarray(rows, dtype=np.int64)
         simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
         if rows.size == 0 or self._pinned is not None or not simple:
-            return RowsRead(value=self._read_rows_other(rows, out))
+            return RowsRead(value=self._read_rows_other(rows, out, at))
         c0 = self.chunk_shape[0]
         inner = self._inner_coords[0]
         t = rows.reshape(-1) // c0
@@ -87,27 +89,30 @@ class RowGather:
         items = [(c, None) for c in missing] + list(partial.items())
         parts: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
-        def decode(item: tuple) -> np.ndarray:
-            c, offsets = item
-            return self._fetch_and_decode(c) if offsets is None else self._fetch_and_decode_rows(c, offsets)
-
         if len(items) < self._parallel_min or _CPUS < 2 or self._fetch.kind == "object":  # object stores: coalesced per shard
             got.update(self.chunks(missing))
             for c, offsets in partial.items():
                 parts[c] = (offsets, self._fetch_and_decode_rows(c, offsets))
-            return RowsRead(value=self._scatter(rows, t, uniq, got, out, parts))
+            return RowsRead(value=self._scatter(rows, t, uniq, got, out, parts, at))
+        plan = _Plan(self, rows, t, uniq, out, at)
+
+        def decode(item: tuple) -> np.ndarray:  # on a pool helper or the joining thread
+            c, offsets = item
+            d = self._fetch_and_decode(c) if offsets is None else self._fetch_and_decode_rows(c, offsets)
+            plan.place(c[0], d, offsets)  # its rows copied into place at once, by the thread that decoded them
+            return d
+
         generation = self._generation
         job = SharedMap(decode, items, _CPUS - 1)
 
         def finish() -> np.ndarray:
+            for c, hit in got.items():  # cached chunks, while the helpers decode
+                plan.place(c[0], hit, None)
             decoded = job.join()
             for c, d in zip(missing, decoded):
                 d.flags.writeable = False  # cached and handed out as views
-                got[c] = d
-            for (c, offsets), d in zip(items[len(missing):], decoded[len(missing):]):
-                parts[c] = (offsets, d)
             self._keep(generation, missing, decoded[:len(missing)])
-            return self._scatter(rows, t, uniq, got, out, parts)
+            return out
 
         return RowsRead(finish=finish)
 
@@ -144,50 +149,75 @@ class RowGather:
         except Exception as exc:
             raise self._undecodable(coords, exc) from exc
 
-    def _read_rows_other(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def _read_rows_other(self, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
         """Empty, pinned, or chunks split along other axes (through ``read_ranges``)."""
         if rows.size == 0:
             return out
         if self._pinned is not None:
-            out[...] = self._pinned[rows]
+            out[slice(None) if at is None else at] = self._pinned[rows]
+            return out
+        if at is not None:
+            out[at] = self._read_rows_other(rows, np.empty(rows.shape + out.shape[rows.ndim:], out.dtype))
             return out
         from replaybuf_core.protocol import read_rows_via_ranges
 
         return read_rows_via_ranges(_ReaderAsStore(self), "data", "", rows, out)
 
     def _scatter(self, rows: np.ndarray, t: np.ndarray, uniq: np.ndarray, got: dict, out: np.ndarray,
-                 parts: dict | None = None) -> np.ndarray:
+                 parts: dict | None = None, at: np.ndarray | None = None) -> np.ndarray:
         """Copy each row from its decoded chunk (``got``: chunk coordinates → chunk; ``parts``: chunk
-        coordinates → (offsets, the rows at those places) for chunks decoded in part) into ``out``."""
-        c0 = self.chunk_shape[0]
+        coordinates → (offsets, the rows at those places) for chunks decoded in part) into ``out``
+        (row ``i`` of ``rows`` into ``out[at[i]]`` when ``at`` is given)."""
+        plan = _Plan(self, rows, t, uniq, out, at)
         inner = self._inner_coords[0]
-        if len(self.shape) > 1 and self.chunk_shape[1:] != self.shape[1:]:
-            cut = (slice(None),) + tuple(slice(0, s) for s in self.shape[1:])
-            got = {k: v[cut] for k, v in got.items()}
+        for u in uniq.tolist():
+            part = parts.get((u,) + inner) if parts else None
+            if part is None:
+                plan.place(u, got[(u,) + inner], None)
+            else:
+                plan.place(u, part[1], part[0])
+        return out
+
+
+class _Plan:
+    """Where the rows of a gather go, chunk by chunk: :meth:`place` copies one decoded chunk's rows
+    into ``out`` (the chunks' rows land in disjoint places, so threads may place chunks at once)."""
+
+    def __init__(self, reader: RowGather, rows: np.ndarray, t: np.ndarray, uniq: np.ndarray, out: np.ndarray,
+                 at: np.ndarray | None):
+        self._out = out
+        self._c0 = c0 = reader.chunk_shape[0]
+        shape, chunk_shape = reader.shape, reader.chunk_shape
+        self._cut = ((slice(None),) + tuple(slice(0, s) for s in shape[1:])
+                     if len(shape) > 1 and chunk_shape[1:] != shape[1:] else None)
         flat_rows = rows.reshape(-1)
         index = np.unravel_index(np.arange(flat_rows.size), rows.shape)
-        if c0 == 1:  # one row a chunk (camera frames): a copy per row
-            for ti, pos in zip(t.tolist(), zip(*(ix.tolist() for ix in index))):
-                out[pos] = got[(ti,) + inner][0]
-            return out
+        if at is not None:
+            index = (np.asarray(at, dtype=np.int64)[index[0]],) + index[1:]
+        # large rows (camera frames): each copied straight into place, no gathered temporary
+        self._per_row = c0 == 1 or (out[(0,) * rows.ndim].nbytes >= ROW_COPY_BYTES if out.size else False)
         order = np.argsort(t, kind="stable")
         bounds = np.searchsorted(t[order], uniq, side="right")
-        per_row = out[(0,) * rows.ndim].nbytes >= ROW_COPY_BYTES if out.size else False
+        self._rows: dict[int, tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
         lo = 0
         for u, hi in zip(uniq.tolist(), bounds.tolist()):
             sel = order[lo:hi]
-            part = parts.get((u,) + inner) if parts else None
-            if part is None:
-                src, at = got[(u,) + inner], flat_rows[sel] - u * c0
-            else:
-                src, at = part[1], np.searchsorted(part[0], flat_rows[sel] - u * c0)
-            if per_row:  # large rows (camera frames): each copied straight into place, no gathered temporary
-                for pos, a in zip(zip(*(ix[sel].tolist() for ix in index)), at.tolist()):
-                    out[pos] = src[a]
-            else:
-                out[tuple(ix[sel] for ix in index)] = src[at]
+            self._rows[u] = (tuple(ix[sel] for ix in index), flat_rows[sel] - u * c0)
             lo = hi
-        return out
+
+    def place(self, u: int, src: np.ndarray, offsets: np.ndarray | None) -> None:
+        """Copy the rows of chunk ``u`` (along axis 0) from ``src``: the whole decoded chunk
+        (``offsets`` None) or its rows at ``offsets`` (ascending places in the chunk) alone."""
+        index, local = self._rows[u]
+        if self._cut is not None:
+            src = src[self._cut]
+        at = local if offsets is None else np.searchsorted(offsets, local)
+        out = self._out
+        if self._per_row:
+            for pos, a in zip(zip(*(ix.tolist() for ix in index)), at.tolist()):
+                out[pos] = src[a]
+        else:
+            out[index] = src[at]
 
 
 class RowsRead:

@@ -65,3 +65,32 @@ def test_a_single_frame_never_decodes_its_whole_chunk(store, monkeypatch):
         calls.clear()
         np.testing.assert_array_equal(rb.read_rows(CAM, np.array([r])), whole[[r]])
         assert calls and all(k is not None and len(k) == 1 for k in calls), calls
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_frames_decoded_on_the_pool_land_at_the_places_named(store, data):
+    """``read_rows(at=)`` with every chunk on the codec pool (each decoding thread copies its own
+    chunk's frames into place), some of them whole and cached: each frame at its place, equal to the
+    whole-chunk decode; the rows of ``out`` not named keep what they held."""
+    from replaybuf_zarr import chunk_reader, row_gather
+
+    path, whole = store
+    n = len(whole)
+    rows = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=16)), dtype=np.int64)
+    if data.draw(st.booleans()):  # a whole chunk wanted: decoded whole, then cached
+        rows = np.concatenate([rows, np.arange(8, 16)])
+    m = len(rows) + data.draw(st.integers(0, 4))
+    at = np.random.default_rng(data.draw(st.integers(0, 99))).permutation(m)[:len(rows)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(chunk_reader, "PARALLEL_MIN", 1)
+        mp.setattr(row_gather, "_CPUS", 2)
+        rb = ReplayBuffer.create_from_path(path)
+        if data.draw(st.booleans()):
+            rb.store.cache_bytes = 0
+        else:
+            rb.read_rows(CAM, rows)  # whole chunks among them are cached now
+        out = np.full((m,) + whole.shape[1:], 77, np.uint8)
+        rb.read_rows(CAM, rows, out=out, at=at)
+    np.testing.assert_array_equal(out[at], whole[rows])
+    assert (np.delete(out, at, axis=0) == 77).all()

@@ -29,7 +29,7 @@ from .order import EpochOrder
 from .schema import ResolvedKey, ResolvedSource, StoreInfo, resolve
 from .spec import DIM_IS_PAD, IS_PAD, SIZE, MixtureSource, _check_deltas
 
-__all__ = ["Mixture"]
+__all__ = ["Mixture", "PendingMixtureBatch"]
 
 #: version of the definition hashed into :attr:`Mixture.fingerprint` (a state of another version is refused)
 DEFINITION_VERSION = 1
@@ -141,12 +141,21 @@ class Mixture:
         weights = None if all(by_size) else [float(s.weight) for s in srcs]
         self.order = EpochOrder([len(w) for w in self.window_indexes], weights, seed, block=block, span=span,
                                 samples_per_epoch=samples_per_epoch, names=names)
+        self._read_order = self._by_bytes()
         self.definition = self._definition(digests)
         self.fingerprint = hashlib.sha256(json.dumps(self.definition, sort_keys=True).encode()).hexdigest()[:32]
         self._samplers: list[WindowSampler] | None = None
         self._pid: int | None = None
         self._arena = self._new_arena()
         self._lock = threading.Lock()
+
+    def _by_bytes(self) -> list[int]:
+        """The sources, most bytes a sample first: a batch starts the reads that decode the most
+        (camera frames, on the pool) before the small ones it reads on this thread meanwhile."""
+        def size(s: int) -> int:
+            return sum(int(np.prod(k.source_shapes[s])) * k.source_dtypes[s].itemsize * (k.n_steps or 1)
+                       for k in self.keys if k.store_keys[s] is not None)
+        return sorted(range(len(self.sources)), key=lambda s: -size(s))
 
     # ------------------------------------------------------------------ definition
     def _definition(self, digests: list[str]) -> dict:
@@ -280,6 +289,15 @@ class Mixture:
         Raises:
             ValueError: a position outside the epoch.  RuntimeError: a store changed underneath.
         """
+        return self.sample_batch_async(positions, epoch).result()
+
+    def sample_batch_async(self, positions, epoch: int = 0) -> PendingMixtureBatch:
+        """Start :meth:`sample_batch`: every store's reads are started (their camera frames decode
+        on the codec pool) and ``result()`` of the returned :class:`PendingMixtureBatch` finishes
+        them and returns the batch.  A loader starts its next batch before it finishes the current
+        one, so the pool decodes the next batch's frames while this thread finishes this one's
+        (:class:`~replaybuf_core.torch.MixtureDataset`).  Bad positions raise here; a failed read
+        is raised by ``result()``."""
         positions = np.asarray(positions, dtype=np.int64).reshape(-1)
         source, window = self.order.locate(epoch, positions)
         b = positions.size
@@ -292,34 +310,38 @@ class Mixture:
                 out[k.name + DIM_IS_PAD] = np.zeros((b, k.shape[-1]), dtype=bool)
         episode, frame = np.empty(b, np.int64), np.empty(b, np.int64)
         samplers = self.samplers
+        present = set(np.unique(source).tolist())
         started = []  # every store's share is started before any is finished: decodes overlap reads
-        for s in np.unique(source):
-            s = int(s)
+        for s in [s for s in self._read_order if s in present]:
             rows = np.flatnonzero(source == s)
             sel = slice(None) if rows.size == b else rows
-            sampler = samplers[s]
-            where = sampler.locate(window[rows])
-            episode[sel], frame[sel] = where["episode_index"], where["frame_index"]
-            started.append((s, sel, sampler.sample_batch_async(window[rows], out=self._targets(s, b, rows.size, out))))
+            at = None if rows.size == b else rows  # each store's share is read straight into its rows of the batch
+            pending = samplers[s].sample_batch_async(window[rows], out=self._targets(s, b, out), at=at)
+            episode[sel], frame[sel] = pending.episode_index, pending.frame_index
+            started.append((s, sel, pending))
+        out["source_index"], out["source_episode"], out["source_frame"] = source, episode, frame
+        out["mixture_position"] = positions.copy()
+        return PendingMixtureBatch(self, started, out)
+
+    def _finish(self, started: list, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The second half of :meth:`sample_batch` (see :class:`PendingMixtureBatch`)."""
         for s, sel, _ in started:  # the fill of keys a store lacks, written while its reads decode
             for k in self.keys:
                 if k.store_keys[s] is None:
                     self._fill(k, s, {}, out, sel)
-        for s, sel, pending in started:
+        for s, sel, pending in reversed(started):  # the small reads, done by now, while the large ones decode
             got = pending.result()
             for k in self.keys:
                 if k.store_keys[s] is not None:
                     self._fill(k, s, got, out, sel)
             del got
-        out["source_index"], out["source_episode"], out["source_frame"] = source, episode, frame
-        out["mixture_position"] = positions.copy()
         return out
 
-    def _targets(self, s: int, b: int, n: int, out: dict) -> dict[str, np.ndarray]:
-        """Where source ``s``'s sampler reads its ``n`` samples of a batch of ``b``: straight into the
-        batch when it is all from ``s`` and a key needs no cast or padding, else the first ``n`` rows
-        of a (b, ...) array of this process's arena (a shape that does not change from batch to
-        batch, so its pages are reused, not faulted in anew)."""
+    def _targets(self, s: int, b: int, out: dict) -> dict[str, np.ndarray]:
+        """Where source ``s``'s sampler reads its samples of a batch of ``b`` (each into its own row,
+        the sampler's ``at``): straight into the batch where a key needs no cast or padding, else a
+        (b, ...) array of this process's arena (a shape that does not change from batch to batch, so
+        its pages are reused, not faulted in anew)."""
         targets = {}
         for k in self.keys:
             store_key = k.store_keys[s]
@@ -328,15 +350,15 @@ class Mixture:
             dt = k.source_dtypes[s]
             dt = np.dtype(object) if dt.kind in "TU" else dt  # strings come back as object arrays
             step = ((k.n_steps,) if k.n_steps is not None else ()) + k.source_shapes[s]
-            if n == b and dt == k.dtype and k.source_shapes[s] == k.shape:
+            if dt == k.dtype and k.source_shapes[s] == k.shape:
                 targets[store_key] = out[k.name]
             else:
-                targets[store_key] = self._arena.empty((b,) + step, dt)[:n]
+                targets[store_key] = self._arena.empty((b,) + step, dt)
         return targets
 
     def _fill(self, k: ResolvedKey, s: int, got: dict, out: dict, sel) -> None:
-        """Write source ``s``'s values of key ``k`` (in ``got``, as its sampler returned them) into
-        rows ``sel`` of the batch ``out``, padded and flagged per the key's rules."""
+        """Write source ``s``'s values of key ``k`` (rows ``sel`` of ``got``, as its sampler returned
+        them) into rows ``sel`` of the batch ``out``, padded and flagged per the key's rules."""
         dst = out[k.name]
         store_key = k.store_keys[s]
         if store_key is None:
@@ -351,14 +373,11 @@ class Mixture:
         if values is dst:
             pass  # read in place
         elif d_src is not None and d_src < k.shape[-1]:
-            part = dst[sel] if isinstance(sel, slice) else np.empty((len(sel),) + dst.shape[1:], dst.dtype)
-            part[..., d_src:] = k.pad_value
-            part[..., :d_src] = values
-            if not isinstance(sel, slice):
-                dst[sel] = part
+            dst[sel, ..., d_src:] = k.pad_value
+            dst[sel, ..., :d_src] = values[sel]
             out[k.name + DIM_IS_PAD][sel, d_src:] = True
         else:
-            dst[sel] = values
+            dst[sel] = values[sel]
         if k.n_steps is not None:
             out[k.name + IS_PAD][sel] = got[store_key + IS_PAD]
 
@@ -385,3 +404,26 @@ class Mixture:
         from .stats import mixture_stats
 
         return mixture_stats(self, per_source, keys)
+
+
+class PendingMixtureBatch:
+    """A batch :meth:`Mixture.sample_batch_async` started: :meth:`result` finishes it once (later
+    calls return the same batch, or raise the same error: never a batch a failed read left half
+    written).  Dropping it unfinished is safe: the reads started write only into its own arrays."""
+
+    def __init__(self, mixture: Mixture, started: list, out: dict[str, np.ndarray]):
+        self._mixture, self._started, self._out = mixture, started, out
+        self._error: BaseException | None = None
+
+    def result(self) -> dict[str, np.ndarray]:
+        """The batch of :meth:`Mixture.sample_batch` (waits for the reads started)."""
+        if self._error is not None:
+            raise self._error
+        if self._started is not None:
+            started, self._started = self._started, None
+            try:
+                self._out = self._mixture._finish(started, self._out)
+            except BaseException as exc:
+                self._error = exc
+                raise
+        return self._out

@@ -29,6 +29,7 @@ import numpy as np
 
 from replaybuf_core.layout.frame_resize import FrameResize, parse_resize
 from replaybuf_core.layout.frames import frame_keys
+from replaybuf_core.protocol import distinct
 from replaybuf_core.sampling.arena import OutputArena
 from replaybuf_core.sampling.sampler import _pad_value, _sample_dtype, array_like
 from replaybuf_core.sampling.sampler_indices import _check_int, validate_index_args
@@ -216,6 +217,8 @@ class WindowSampler:
         self.pad_before, self.pad_after, self.pad_mode = pad_before, pad_after, pad_mode
         self.window_index: WindowIndex = window_index
         self._async = callable(getattr(buffer, "read_rows_async", None))
+        # camera frames first: their decodes start on the pool while this thread reads the small keys
+        self._read_order = [k for k in keys if k in cameras] + [k for k in keys if k not in cameras]
 
     def __len__(self) -> int:
         """Number of samples (anchors)."""
@@ -238,7 +241,7 @@ class WindowSampler:
         episode, t = wi.locate(wi.normalize(indices))
         return {"episode_index": episode, "frame_index": t, "index": wi.episode_start[episode] + t}
 
-    def sample_batch(self, indices, out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def sample_batch(self, indices, out: Mapping[str, np.ndarray] | None = None, at=None) -> dict[str, np.ndarray]:
         """Samples ``indices`` at once: one batched ``read_rows`` per key, every key started before
         any is finished (a chunked backend decodes one key while this thread gathers another).
 
@@ -246,17 +249,23 @@ class WindowSampler:
             indices: int array-like (B,) of sample numbers (negative allowed).
             out: ``{key: array}`` to read keys into (each of the shape and dtype it would be given,
                 C-contiguous rows) instead of arrays of the sampler's arena (a mixture's batch slices).
+            at: int array-like (B,) of distinct rows of the ``out`` arrays (then of any length
+                ``M``, shape ``(M, ...)``): sample ``i`` is written to row ``at[i]`` of each — a
+                mixture reads a store's share of a batch straight into the batch's rows.  Keys
+                not in ``out`` come back as (B, ...) arrays as without ``at``.
 
         Returns:
-            ``{key: (B, n_key, *step) or (B, *step), "<key>_is_pad": bool (B, n_key)}``.
+            ``{key: (B, n_key, *step) or (B, *step), "<key>_is_pad": bool (B, n_key)}`` (the ``out``
+            arrays as given with ``at``).
 
         Raises:
-            IndexError: an index outside ``[-len, len)``.  TypeError: non-integer indices.
-            ValueError: more than one dimension.
+            IndexError: an index outside ``[-len, len)``, an ``at`` outside ``out``.
+            TypeError: non-integer indices.  ValueError: more than one dimension; ``out`` of the wrong
+            shape or dtype; ``at`` of another length than ``indices`` or naming a row twice.
         """
-        return self.sample_batch_async(indices, out).result()
+        return self.sample_batch_async(indices, out, at).result()
 
-    def sample_batch_async(self, indices, out: Mapping[str, np.ndarray] | None = None) -> "PendingBatch":
+    def sample_batch_async(self, indices, out: Mapping[str, np.ndarray] | None = None, at=None) -> "PendingBatch":
         """Start :meth:`sample_batch`: every key's read is started (a chunked backend's pool helpers
         decode camera frames meanwhile) and ``result()`` of the returned :class:`PendingBatch`
         finishes them and returns the batch.  A mixture starts each store's share of a batch before
@@ -266,10 +275,15 @@ class WindowSampler:
         wi = self.window_index
         out_arrays = out
         episode, t = wi.locate(wi.normalize(indices))
+        if at is not None:
+            at = np.asarray(at)
+            if at.dtype.kind not in "iu" or at.shape != t.shape or not distinct(at):
+                raise ValueError(f"at must be {t.size} distinct ints, one row of out for each sample; got {at.dtype} "
+                                 f"{at.shape}{'' if at.shape != t.shape else ' naming a row twice'}")
         start = wi.episode_start[episode][:, None]
         last = wi.episode_length[episode][:, None] - 1
-        pending, result = [], {}
-        for key in self.keys:
+        pending, read = [], {}
+        for key in self._read_order:
             arr = array_like(self.buffer, key, self.dtypes)
             d = self.delta_steps.get(key)
             rel = t[:, None] + (d[None, :] if d is not None else np.zeros((1, 1), np.int64))
@@ -282,19 +296,28 @@ class WindowSampler:
             step = tuple(arr.shape[1:]) if fr is None else (fr.height, fr.width) + tuple(arr.shape[3:])
             shape = rows.shape + step
             out = None if not out_arrays else out_arrays.get(key)
+            size = {} if fr is None else {"resize": fr}
             if out is None:
                 out = self.arena.empty(shape, dtype)  # reused once nobody holds it
+            elif at is not None:
+                if out.shape[1:] != shape[1:] or out.dtype != dtype:
+                    raise ValueError(f"out[{key!r}] is {out.dtype} {out.shape}, the samples {dtype} (M,) + {shape[1:]}")
+                size["at"] = at
             elif out.shape != shape or out.dtype != dtype:
                 raise ValueError(f"out[{key!r}] is {out.dtype} {out.shape}, the samples {dtype} {shape}")
-            size = {} if fr is None else {"resize": fr}
             if self._async:
                 pending.append(self.buffer.read_rows_async(key, rows, out=out, **size))
             else:
                 self.buffer.read_rows(key, rows, out=out, **size)
-            result[key] = out
+            read[key] = out
             if pad is not None:
-                result[key + IS_PAD_SUFFIX] = pad
-        return PendingBatch(self, pending, result)
+                read[key + IS_PAD_SUFFIX] = pad
+        result = {}
+        for key in self.keys:  # in the order of keys, as before
+            result[key] = read[key]
+            if key + IS_PAD_SUFFIX in read:
+                result[key + IS_PAD_SUFFIX] = read[key + IS_PAD_SUFFIX]
+        return PendingBatch(self, pending, result, episode, t)
 
     def __getitem__(self, idx) -> dict[str, np.ndarray]:
         """Sample ``idx``: like one row of :meth:`sample_batch` — ``(n_key, *step)`` / ``(*step)``
@@ -311,9 +334,12 @@ class PendingBatch:
     (later calls return the same batch, or raise the same error: never a batch a failed read left
     half written)."""
 
-    def __init__(self, sampler: WindowSampler, pending: list, result: dict[str, np.ndarray]):
+    def __init__(self, sampler: WindowSampler, pending: list, result: dict[str, np.ndarray],
+                 episode_index: np.ndarray, frame_index: np.ndarray):
         self._sampler, self._pending, self._result = sampler, pending, result
         self._error: BaseException | None = None
+        #: int64 (B,): each sample's episode and anchor step in it (:meth:`WindowSampler.locate`), known at once
+        self.episode_index, self.frame_index = episode_index, frame_index
 
     def result(self) -> dict[str, np.ndarray]:
         """The batch of :meth:`WindowSampler.sample_batch` (waits for the reads started); raises

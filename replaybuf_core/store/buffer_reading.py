@@ -11,7 +11,7 @@ import numpy as np
 
 from replaybuf_core.errors import CapabilityError
 from replaybuf_core.layout.frames import is_frames
-from replaybuf_core.protocol import read_rows_via_ranges
+from replaybuf_core.protocol import CAP_ROWS_AT, distinct, read_rows_via_ranges
 
 from .buffer_checks import _check_index
 
@@ -80,11 +80,16 @@ class StepReading:
         return self._store.read_ranges("data", key, starts, stops)
 
     def read_rows(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source",
-                  resize: Any = None) -> np.ndarray:
+                  resize: Any = None, at=None) -> np.ndarray:
         """Gather steps ``rows`` (int array of any shape) of data ``key``: returns an array of shape
         ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view, of any dtype
         the values cast to; else a new array of :meth:`dtype_of` ``(key, dtypes)``), decoding
         every chunk touched once.  The sampler's batch path; NumPy buffers do one fancy index.
+
+        ``at`` (int array (n,), distinct, ``n = len(rows)``; needs ``out``): row ``i`` of ``rows``
+        goes to ``out[at[i]]``, ``out`` of shape ``(m,) + rows.shape[1:] + step shape`` — a
+        mixture reads a store's share of a batch straight into the batch's rows (backends with the
+        ``"rows_at"`` capability write them in place; others through a temporary).
 
         ``resize`` (camera keys): ``(height, width)`` or a
         :class:`~replaybuf_core.layout.frame_resize.FrameResize` (with a crop) — the frames made
@@ -93,26 +98,32 @@ class StepReading:
         Pillow), step shape ``(height, width[, C])``; close to, not bit for bit, resizing full frames.
 
         Raises:
-            KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``.
-            ValueError: ``out`` of the wrong shape; ``resize`` of a key that is not camera frames, not
-            positive, larger than the frame or crop, or a crop outside the frame (naming the key).
+            KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``, or an ``at`` outside
+            ``out``.  ValueError: ``out`` of the wrong shape, ``at`` not one distinct place a row or
+            without ``out``; ``resize`` of a key that is not camera frames, not positive, larger than
+            the frame or crop, or a crop outside the frame (naming the key).
         """
-        if resize is not None:
-            return self._read_rows_resized(key, rows, out, dtypes, resize)
-        rows, out = self._rows_and_out(key, rows, out, dtypes)
-        gather = getattr(self._store, "read_rows", None)
-        if gather is not None:
-            return gather("data", key, rows, out)
-        return read_rows_via_ranges(self._store, "data", key, rows, out)
+        return self.read_rows_async(key, rows, out, dtypes, resize, at).result()
 
     def read_rows_async(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source",
-                        resize: Any = None) -> Any:
+                        resize: Any = None, at=None) -> Any:
         """Start :meth:`read_rows`: returns an object whose ``result()`` completes the read and
         returns the filled array.  On backends with ``read_rows_async`` (zarr) thread-pool helpers
         start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
         join in; elsewhere (and with ``resize``) the read is done before returning.  Leave ``out``
         alone until ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
         done: Future = Future()
+        if at is not None:
+            rows, at = self._checked_at(key, rows, out, at, resize is None)
+            if resize is not None or CAP_ROWS_AT not in getattr(self._store, "capabilities", ()):
+                part = self.read_rows_async(key, rows, np.empty(rows.shape + out.shape[rows.ndim:], out.dtype), dtypes,
+                                            resize)
+                return _Placed(part, out, at)
+            start = getattr(self._store, "read_rows_async", None)
+            if start is not None:
+                return start("data", key, rows, out, at=at)
+            done.set_result(self._store.read_rows("data", key, rows, out, at=at))
+            return done
         if resize is not None:
             done.set_result(self._read_rows_resized(key, rows, out, dtypes, resize))
             return done
@@ -152,6 +163,29 @@ class StepReading:
         if stage is not out:
             out[...] = stage
         return out
+
+    def _checked_at(self, key: str, rows, out: np.ndarray | None, at, full: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` and ``at`` as int64, checked against ``out`` (its step shape too when ``full``:
+        not resized) before anything is read (see :meth:`read_rows`)."""
+        if key not in self:
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        if out is None:
+            raise ValueError(f"at= needs out= (reading {key!r}): the array whose rows it names")
+        rows = self._checked_rows(rows)
+        at = np.asarray(at)
+        if at.dtype.kind not in "iu" or rows.ndim == 0 or at.shape != rows.shape[:1]:
+            raise ValueError(f"at must be ints of shape ({len(rows) if rows.ndim else 1},), one place in out for each "
+                             f"row (reading {key!r}); got {at.dtype} {at.shape}")
+        at = at.astype(np.int64, copy=False)
+        want = rows.shape[1:] + (tuple(self._store.shape("data", key)[1:]) if full else out.shape[rows.ndim:])
+        if out.ndim != len(want) + 1 or out.shape[1:] != want:
+            raise ValueError(f"out has shape {out.shape}, expected (m,) + {want} (reading {key!r} at= its rows)")
+        if at.size and (int(at.min()) < 0 or int(at.max()) >= out.shape[0]):
+            bad = at[(at < 0) | (at >= out.shape[0])][0]
+            raise IndexError(f"at names row {int(bad)} of out, which has {out.shape[0]} rows (reading {key!r})")
+        if not distinct(at):
+            raise ValueError(f"at names a row of out twice (reading {key!r}): each row gets one place")
+        return rows, at
 
     def _checked_rows(self, rows) -> np.ndarray:
         """``rows`` as int64; IndexError naming a row outside ``[0, n_steps)``."""
@@ -217,3 +251,24 @@ def _pair(key: str, value: Any) -> tuple[int, int]:
             isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) for v in value):
         raise ValueError(f"resize of camera key {key!r} must be (height, width) ints, got {value!r}")
     return int(value[0]), int(value[1])
+
+
+class _Placed:
+    """A read into a temporary whose ``result()`` then places its rows at ``at`` of ``out`` (for
+    backends without ``"rows_at"``: :meth:`StepReading.read_rows_async`)."""
+
+    def __init__(self, part: Any, out: np.ndarray, at: np.ndarray):
+        self._part, self._out, self._at = part, out, at
+        self._error: BaseException | None = None
+
+    def result(self) -> np.ndarray:
+        if self._error is not None:
+            raise self._error
+        if self._part is not None:
+            part, self._part = self._part, None
+            try:
+                self._out[self._at] = part.result()
+            except BaseException as exc:
+                self._error = exc
+                raise
+        return self._out

@@ -173,14 +173,32 @@ class RecoveredView:
             raise IndexError(f"row ranges past the {n} committed rows of {group}/{name}")
         return self._inner.read_ranges(group, self._name(group, name), starts, stops)
 
-    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
+                  at: np.ndarray | None = None) -> np.ndarray:
+        self._check_rows(group, name, rows)
+        inner = getattr(self._inner, "read_rows", None)
+        if inner is not None:
+            return inner(group, self._name(group, name), rows, out, **({} if at is None else {"at": at}))
+        return read_rows_via_ranges(self, group, name, rows, out, at)
+
+    def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
+                        at: np.ndarray | None = None) -> Any:
+        """The wrapped store's ``read_rows_async`` (``result()`` returns ``out``) of the committed
+        rows under the array's recovered name; a completed read where it has none."""
+        self._check_rows(group, name, rows)
+        inner = getattr(self._inner, "read_rows_async", None)
+        if inner is None:
+            from concurrent.futures import Future
+
+            done: Future = Future()
+            done.set_result(self.read_rows(group, name, rows, out, at))
+            return done
+        return inner(group, self._name(group, name), rows, out, **({} if at is None else {"at": at}))
+
+    def _check_rows(self, group: str, name: str, rows: np.ndarray) -> None:
         n = self._limits.get((group, name))
         if n is not None and np.size(rows) and int(np.max(rows)) >= n:
             raise IndexError(f"rows past the {n} committed rows of {group}/{name}")
-        inner = getattr(self._inner, "read_rows", None)
-        if inner is not None:
-            return inner(group, self._name(group, name), rows, out)
-        return read_rows_via_ranges(self, group, name, rows, out)
 
     def pin(self, group: str, name: str) -> bool:
         pin = getattr(self._inner, "pin", None)

@@ -16,7 +16,9 @@ next global batch, on any number of ranks or workers.  The dataset itself implem
 fingerprint differs) is refused.
 
 **Prefetch.**  Each worker (or the main process with ``num_workers=0``) reads its next batch on a
-background thread while the current one is handed on (``prefetch=1``).  Under the block order
+background thread while the current one is handed on (``prefetch=1``); that thread starts each
+batch's reads before it finishes the one before (:meth:`Mixture.sample_batch_async`), so the codec
+pool's threads go from one batch's frames to the next's without waiting for it.  Under the block order
 (``Mixture(block=K, span=S)``) it also reads ahead: entering a run of ``K * S`` positions, it warms
 the next two runs on another thread (:meth:`Mixture.warm`: one sample per block), so the shards of the
 next blocks are in the node's local byte cache before the batches that need them.
@@ -137,8 +139,19 @@ class MixtureDataset(torch.utils.data.IterableDataset):
         """int64 global positions of this rank's batch ``j`` (counted from the current start)."""
         return rank_batch_positions(len(self.mixture), self.start, self.world_size, self.rank, self.batch_size, j)
 
-    def _batch(self, j: int, in_worker: bool) -> dict[str, Any]:
-        arrays = self.mixture.sample_batch(self.positions(j), self.epoch)
+    def _batch(self, j: int, in_worker: bool, started: dict | None = None, after: int | None = None) -> dict[str, Any]:
+        """Batch ``j`` as tensors.  ``started``: batches whose reads are under way (``{j: pending}``);
+        ``after``: the batch to start before this one is finished (its decodes then queue behind this
+        one's, so the pool never waits for this thread's share of the work between batches)."""
+        pending = started.pop(j, None) if started is not None else None
+        if pending is None:
+            pending = self.mixture.sample_batch_async(self.positions(j), self.epoch)
+        if after is not None and started is not None:
+            try:
+                started[after] = self.mixture.sample_batch_async(self.positions(after), self.epoch)
+            except Exception:
+                pass  # raised again when that batch is built, in its turn
+        arrays = pending.result()
         if self.image_keys and (self.channels_first or self.float_images):
             convert_images(arrays, self.image_keys, self.channels_first, self.float_images, shared=in_worker)
         data = to_torch(arrays)
@@ -167,8 +180,13 @@ class MixtureDataset(torch.utils.data.IterableDataset):
                     warmer.submit(self.mixture.warm, ahead, self.epoch)
 
         pool = ThreadPoolExecutor(1, thread_name_prefix="replaybuf-mixture-prefetch") if self.prefetch else None
+        started: dict[int, Any] = {}  # (only the prefetch thread starts and finishes batches in it)
+
+        def build(i: int) -> dict[str, Any]:
+            return self._batch(todo[i], info is not None, started, todo[i + 1] if i + 1 < len(todo) else None)
+
         try:
-            ahead = [pool.submit(self._batch, j, info is not None) for j in todo[: self.prefetch]] if pool else []
+            ahead = [pool.submit(build, i) for i in range(min(self.prefetch, len(todo)))] if pool else []
             for i, j in enumerate(todo):
                 if warmer is not None:
                     read_ahead(j)
@@ -177,13 +195,18 @@ class MixtureDataset(torch.utils.data.IterableDataset):
                 else:
                     batch = ahead.pop(0).result()
                     if i + self.prefetch < len(todo):
-                        ahead.append(pool.submit(self._batch, todo[i + self.prefetch], info is not None))
+                        ahead.append(pool.submit(build, i + self.prefetch))
                 self._next_batch = j + n_workers
                 yield batch
         finally:
             for p in (pool, warmer):
                 if p is not None:
                     p.shutdown(wait=True, cancel_futures=True)
+            for pending in started.values():  # a batch started ahead and not wanted: its reads end first
+                try:
+                    pending.result()
+                except Exception:
+                    pass
 
     # ------------------------------------------------------------------ the Stateful protocol
     def state_dict(self) -> dict[str, Any]:

@@ -71,6 +71,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
         try:
             module = ep.load()
         except Exception as exc:  # a broken plugin must not break the others
+            _reraise_interrupt(exc)
             warnings.warn(
                 f"replaybuf backend plugin {ep.name!r} ({ep.value}, distribution {dist_name}) failed "
                 f"to load and is skipped: {type(exc).__name__}: {exc}",
@@ -81,6 +82,18 @@ def get_plugin_manager() -> pluggy.PluginManager:
         pm.register(module, name=ep.name)
         _dist_of_plugin[ep.name] = (dist_name, dist_version)
     return pm
+
+
+def _reraise_interrupt(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt when ``exc`` was caused by one: a Ctrl-C while a plugin's module is
+    imported can surface wrapped (e.g. ``RuntimeError: Error calling __set_name__``), and must stop
+    the command as Ctrl-C does, not skip the plugin as broken."""
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
 
 
 def _collect(hook_name: str, base: type, what: str) -> dict[str, tuple[Any, str, str | None, str | None]]:
@@ -94,6 +107,7 @@ def _collect(hook_name: str, base: type, what: str) -> dict[str, tuple[Any, str,
         try:
             classes = impl.function()
         except Exception as exc:
+            _reraise_interrupt(exc)
             warnings.warn(
                 f"replaybuf plugin {impl.plugin_name!r} raised in {hook_name}() and is "
                 f"skipped: {type(exc).__name__}: {exc}",

@@ -503,11 +503,9 @@ class ZarrBackend(StoredBytes):
         self._settle((group, name))
         return missing_objects(self.get_array(group, name), f"{group}/{name}", rows)
 
-    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
-                  at: np.ndarray | None = None) -> np.ndarray:
-        """Gather ``rows`` (int array of any shape) into ``out`` (row ``i`` into ``out[at[i]]`` with
-        ``at``: capability ``"rows_at"``): the fast reader decodes every chunk touched once and
-        copies rows straight into ``out``; other layouts go through zarr-python."""
+    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None):
+        """Gather ``rows`` (int array of any shape) into ``out`` (row ``i`` into ``out[at[i]]``: ``"rows_at"``):
+        the fast reader decodes each chunk touched once; other layouts go through zarr-python."""
         return self.read_rows_async(group, name, rows, out, at).result()
 
     def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
@@ -236,6 +237,35 @@ def test_plugin_whose_hook_raises_only_warns(fresh_registry):
     assert {"numpy", "zarr", "test-good-extra"} <= set(names)
     assert registry.get_backend("test-good-extra").description == "a test backend"
     assert ReplayBuffer.create_empty_numpy().backend == "numpy"
+
+
+def test_a_ctrl_c_while_a_plugin_loads_stops_the_command_instead_of_skipping_the_plugin(fresh_registry, monkeypatch):
+    """Ctrl-C inside a plugin module's class body surfaces wrapped (``RuntimeError: Error calling
+    __set_name__``, the interrupt as its cause): the CLI must stop with 130, not carry on without
+    the zarr backend and say the store is not recognised (a Ctrl-C trial found it)."""
+    pm = fresh_registry
+
+    def interrupted():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__ on 'cached_property' instance") from exc
+
+    class _EntryPoint:
+        name, value, dist = "interrupted_plugin", "interrupted_plugin:module", None
+
+        def load(self):
+            interrupted()
+
+    pm.register(_plugin("interrupted_hook", interrupted), name="interrupted_hook")
+    with pytest.raises(KeyboardInterrupt):
+        list(registry.list_backends())
+    registry.reload_backends()
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda **kw: list(real(**kw)) + [_EntryPoint()] if kw.get("group") == "replaybuf" else real(**kw))
+    with pytest.raises(KeyboardInterrupt):
+        registry.get_plugin_manager()
 
 
 def test_plugin_returning_junk_or_duplicate_warns(fresh_registry):

@@ -97,6 +97,9 @@ def test_bad_places_are_refused_before_anything_is_read(tmp_path, backend):
         rb.read_rows("x", [1, 2], out=np.zeros((4, 3), "f4"), at=[0, 1])
     with pytest.raises(KeyError, match="nope"):
         rb.read_rows("nope", [1, 2], out=out, at=[0, 1])
+    with pytest.raises(ValueError, match=r"at= needs rows with a first axis.*rows is one int"):
+        rb.read_rows("x", 3, out=out, at=[0])
+    assert rb.read_rows("x", [], out=out, at=[]) is out  # nothing to read, nothing written
     with pytest.raises(IndexError, match="row 10"):
         rb.read_rows("x", [1, 10], out=out, at=[0, 1])
     assert (out == SENTINEL).all()
@@ -148,3 +151,27 @@ def test_a_read_only_buffer_mid_swap_samples_its_committed_array(tmp_path):
         want = x[np.minimum(where[:, None] + [0, 1], np.repeat(np.array([8, 14]), [9, 6])[where][:, None])]
         np.testing.assert_array_equal(got, want)
     assert zarr.open_group(str(path), mode="r")["data"].get("x") is None  # nothing was repaired by the reader
+
+
+def test_a_batch_refused_for_one_key_starts_no_read_of_another(tmp_path, monkeypatch):
+    """Every key's ``out``/``at`` is checked before any read starts: a refusal of a small key must
+    not leave a camera read (started first, decoding on the pool) writing into the caller's array
+    after the error (a break-it trial saw all 64 frames land a moment after the IndexError)."""
+    import time
+
+    from replaybuf_zarr import chunk_reader, row_gather
+
+    monkeypatch.setattr(chunk_reader, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(row_gather, "_CPUS", 2)
+    t = 64
+    rb = ReplayBuffer.create_empty("zarr", str(tmp_path / "s.zarr"))
+    rb.add_episode({"cam": np.random.default_rng(0).integers(1, 255, (t, 120, 160, 3), dtype=np.uint8),
+                    "x": np.arange(t * 2, dtype="f4").reshape(t, 2)}, frames={"cam": "exact"})
+    sampler = WindowSampler(rb, {"cam": [0], "x": [0]}, keys=["x", "cam"], dtypes="stored")
+    short = {"cam": np.zeros((t, 1, 120, 160, 3), np.uint8), "x": np.zeros((t - 1, 1, 2), "f4")}
+    wrong = {"cam": np.zeros((t, 1, 120, 160, 3), np.uint8), "x": np.zeros((t, 1, 3), "f4")}
+    for out, error in ((short, IndexError), (wrong, ValueError)):
+        with pytest.raises(error, match="'x'"):
+            sampler.sample_batch(np.arange(t), out=out, at=np.arange(t))
+        time.sleep(0.3)
+        assert not out["cam"].any(), "a frame was written after the batch was refused"

@@ -277,13 +277,15 @@ class WindowSampler:
         episode, t = wi.locate(wi.normalize(indices))
         if at is not None:
             at = np.asarray(at)
+            if at.size == 0 and at.dtype.kind == "f":
+                at = at.astype(np.int64)  # (an empty list)
             if at.dtype.kind not in "iu" or at.shape != t.shape or not distinct(at):
                 raise ValueError(f"at must be {t.size} distinct ints, one row of out for each sample; got {at.dtype} "
                                  f"{at.shape}{'' if at.shape != t.shape else ' naming a row twice'}")
         start = wi.episode_start[episode][:, None]
         last = wi.episode_length[episode][:, None] - 1
-        pending, read = [], {}
-        for key in self._read_order:
+        plans, read = [], {}
+        for key in self._read_order:  # every key checked before any read starts
             arr = array_like(self.buffer, key, self.dtypes)
             d = self.delta_steps.get(key)
             rel = t[:, None] + (d[None, :] if d is not None else np.zeros((1, 1), np.int64))
@@ -302,16 +304,29 @@ class WindowSampler:
             elif at is not None:
                 if out.shape[1:] != shape[1:] or out.dtype != dtype:
                     raise ValueError(f"out[{key!r}] is {out.dtype} {out.shape}, the samples {dtype} (M,) + {shape[1:]}")
+                if at.size and (int(at.max()) >= out.shape[0] or int(at.min()) < 0):
+                    raise IndexError(f"at names rows outside out[{key!r}], which has {out.shape[0]} rows")
                 size["at"] = at
             elif out.shape != shape or out.dtype != dtype:
                 raise ValueError(f"out[{key!r}] is {out.dtype} {out.shape}, the samples {dtype} {shape}")
-            if self._async:
-                pending.append(self.buffer.read_rows_async(key, rows, out=out, **size))
-            else:
-                self.buffer.read_rows(key, rows, out=out, **size)
+            plans.append((key, rows, out, size))
             read[key] = out
             if pad is not None:
                 read[key + IS_PAD_SUFFIX] = pad
+        pending = []
+        try:
+            for key, rows, out, size in plans:
+                if self._async:
+                    pending.append(self.buffer.read_rows_async(key, rows, out=out, **size))
+                else:
+                    self.buffer.read_rows(key, rows, out=out, **size)
+        except BaseException:
+            for p in pending:  # no read started here goes on writing once this raises
+                try:
+                    p.result()
+                except BaseException:
+                    pass
+            raise
         result = {}
         for key in self.keys:  # in the order of keys, as before
             result[key] = read[key]

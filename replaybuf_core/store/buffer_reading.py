@@ -172,9 +172,14 @@ class StepReading:
         if out is None:
             raise ValueError(f"at= needs out= (reading {key!r}): the array whose rows it names")
         rows = self._checked_rows(rows)
+        if rows.ndim == 0:
+            raise ValueError(f"at= needs rows with a first axis, one place in out for each row (reading {key!r}); "
+                             f"rows is one int")
         at = np.asarray(at)
-        if at.dtype.kind not in "iu" or rows.ndim == 0 or at.shape != rows.shape[:1]:
-            raise ValueError(f"at must be ints of shape ({len(rows) if rows.ndim else 1},), one place in out for each "
+        if at.size == 0 and at.dtype.kind == "f":
+            at = at.astype(np.int64)  # (an empty list)
+        if at.dtype.kind not in "iu" or at.shape != rows.shape[:1]:
+            raise ValueError(f"at must be ints of shape ({len(rows)},), one place in out for each "
                              f"row (reading {key!r}); got {at.dtype} {at.shape}")
         at = at.astype(np.int64, copy=False)
         want = rows.shape[1:] + (tuple(self._store.shape("data", key)[1:]) if full else out.shape[rows.ndim:])

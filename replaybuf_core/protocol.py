@@ -107,7 +107,7 @@ may carry ``check()``: the buffer calls it before every change, data write and c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -267,6 +267,36 @@ def check_row_region(group: str, name: str, n_rows: int, start: int, n: int) -> 
     if start < 0 or stop > n_rows:
         raise IndexError(f"rows [{start}, {stop}) are outside {group}/{name} of length {n_rows}")
     return stop
+
+
+class Pending:
+    """Work started now and finished once, later: the answer of every ``*_async`` read (a sampler's
+    batch, a mixture's batch, a read placed through a temporary) — ``finish()``'s value, computed by
+    the first :meth:`result`; later calls return the same value or raise the same error, so a caller
+    that retries never gets a batch a failed read left half written.
+
+    Args:
+        finish: completes the work started and returns its value; an exception it raises is kept.
+    """
+
+    def __init__(self, finish: Callable[[], Any]):
+        self._finish: Callable[[], Any] | None = finish
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def result(self) -> Any:
+        """``finish()``'s value (computed on the first call, returned again after); raises its error
+        on this and every later call."""
+        if self._error is not None:
+            raise self._error
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            try:
+                self._value = finish()
+            except BaseException as exc:
+                self._error = exc
+                raise
+        return self._value
 
 
 def distinct(values: np.ndarray) -> bool:

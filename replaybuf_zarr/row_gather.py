@@ -186,7 +186,7 @@ class _Plan:
     def __init__(self, reader: RowGather, rows: np.ndarray, t: np.ndarray, uniq: np.ndarray, out: np.ndarray,
                  at: np.ndarray | None):
         self._out = out
-        self._c0 = c0 = reader.chunk_shape[0]
+        c0 = reader.chunk_shape[0]
         shape, chunk_shape = reader.shape, reader.chunk_shape
         self._cut = ((slice(None),) + tuple(slice(0, s) for s in shape[1:])
                      if len(shape) > 1 and chunk_shape[1:] != shape[1:] else None)

@@ -44,6 +44,8 @@ def _model(sources, specs, deltas):
         renamed.append(r)
     if errors:
         return errors, None
+    if any(k in s["renames"] and m not in specs for s, r in zip(sources, renamed) for k, m in r.items()):
+        return {KeyError}, None  # a renamed key the keys leave out: never dropped silently
     out = {}
     for name, spec in specs.items():
         feeds = [next((k for k, m in r.items() if m == name), None) for r in renamed]
@@ -258,7 +260,7 @@ def test_bad_input_is_refused_before_anything_is_read_naming_the_store_and_the_k
                 {"state": {"pad_dims": True}, "action": None})
     # keys mapping to incompatible dtypes: uint8 frames and float32 values
     with pytest.raises(TypeError, match=r"'state'.*'a': float32.*'b': uint8"):
-        Mixture([MixtureSource(a), MixtureSource(b, keys={"img": "state", "state": "s5"})], ["state"])
+        Mixture([MixtureSource(a), MixtureSource(b, keys={"img": "state"}, drop=["state"])], ["state"])
     # shapes that differ without an explicit padding rule, and a pad that would truncate
     with pytest.raises(ValueError, match=r"'state'.*'a': \(3,\).*'b': \(5,\).*pad_dims"):
         Mixture([MixtureSource(a), MixtureSource(b)], ["state"])
@@ -287,6 +289,28 @@ def test_bad_input_is_refused_before_anything_is_read_naming_the_store_and_the_k
         Mixture([MixtureSource(tmp_path / "gone.zarr")])
     with pytest.raises(TypeError, match="int"):
         Mixture([MixtureSource(a)], {"state": {"fill": 0.5, "dtype": "int32"}})
+
+
+def test_a_renamed_key_left_out_of_the_keys_and_frames_made_float_are_refused(stores, tmp_path):
+    """From a new-user trial: a camera mapped to a new name, with only the padded keys listed, vanished
+    from the mixture without a word; uint8 frames became a float32 key although the docs say never."""
+    a, b, c = stores
+    with pytest.raises(KeyError, match=r"source 'a' maps store key 'act' to 'action', which is not among the "
+                                       r"mixture's keys \['state'\]: add 'action' to keys.*or drop 'act'"):
+        Mixture([MixtureSource(a, keys={"act": "action"})], {"state": None})
+    assert [k.name for k in Mixture([MixtureSource(a)], {"state": None}).keys] == ["state"]  # not renamed: left out
+    with pytest.raises(KeyError, match=r"source 'a': drop names \['nope'\], not keys of the store"):
+        Mixture([MixtureSource(a, drop=["nope"])])
+    frames = ReplayBuffer.create_empty("zarr", str(tmp_path / "frames.zarr"))
+    frames.add_episode({"cam": np.zeros((3, 6, 8, 3), "u1"), "small": np.zeros((3, 4, 4, 3), "u1")})
+    frames.close()
+    with pytest.raises(TypeError, match=r"'cam': source 'frames' holds camera frames \(uint8\), which never become a "
+                                        r"float32 key"):
+        Mixture([MixtureSource(tmp_path / "frames.zarr", name="frames", drop=["small"])], {"cam": {"dtype": "float32"}})
+    with pytest.raises(ValueError, match=r"different step shapes.*map the key apart: they differ in more than their "
+                                         r"last axis"):
+        Mixture([MixtureSource(tmp_path / "frames.zarr", name="f1", drop=["small"]),
+                 MixtureSource(tmp_path / "frames.zarr", name="f2", keys={"small": "cam"}, drop=["cam"])], ["cam"])
 
 
 def test_a_weighted_mixture_draws_its_shares(stores):

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from replaybuf_core.protocol import Pending
 from replaybuf_core.sampling.arena import ARENA_SLOTS, OutputArena
 from replaybuf_core.sampling.window_sampler import WindowSampler
 
@@ -321,7 +322,7 @@ class Mixture:
             started.append((s, sel, pending))
         out["source_index"], out["source_episode"], out["source_frame"] = source, episode, frame
         out["mixture_position"] = positions.copy()
-        return PendingMixtureBatch(self, started, out)
+        return PendingMixtureBatch(lambda: self._finish(started, out))
 
     def _finish(self, started: list, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The second half of :meth:`sample_batch` (see :class:`PendingMixtureBatch`)."""
@@ -406,24 +407,8 @@ class Mixture:
         return mixture_stats(self, per_source, keys)
 
 
-class PendingMixtureBatch:
-    """A batch :meth:`Mixture.sample_batch_async` started: :meth:`result` finishes it once (later
-    calls return the same batch, or raise the same error: never a batch a failed read left half
-    written).  Dropping it unfinished is safe: the reads started write only into its own arrays."""
-
-    def __init__(self, mixture: Mixture, started: list, out: dict[str, np.ndarray]):
-        self._mixture, self._started, self._out = mixture, started, out
-        self._error: BaseException | None = None
-
-    def result(self) -> dict[str, np.ndarray]:
-        """The batch of :meth:`Mixture.sample_batch` (waits for the reads started)."""
-        if self._error is not None:
-            raise self._error
-        if self._started is not None:
-            started, self._started = self._started, None
-            try:
-                self._out = self._mixture._finish(started, self._out)
-            except BaseException as exc:
-                self._error = exc
-                raise
-        return self._out
+class PendingMixtureBatch(Pending):
+    """A batch :meth:`Mixture.sample_batch_async` started: :meth:`result` finishes it once (the batch
+    of :meth:`Mixture.sample_batch`; later calls return the same batch, or raise the same error:
+    never a batch a failed read left half written).  Dropping it unfinished is safe: the reads
+    started write only into its own arrays, which nobody is handed until they end."""

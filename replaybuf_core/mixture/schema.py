@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from replaybuf_core.layout.frames import is_frames
 from replaybuf_core.sampling.window_sampler import delta_timestamps_to_steps
 
 from .spec import DIM_IS_PAD, IS_PAD, RESERVED_KEYS, MixtureKey, MixtureSource
@@ -119,8 +120,11 @@ def _common_shape(name: str, spec: MixtureKey, feeds: list[tuple[str, tuple[int,
     if not spec.pad_dims:
         target = spec.shape if spec.shape is not None else (feeds[0][1] if len(shapes) == 1 else None)
         if target is None:
-            raise ValueError(f"mixture key {name!r} is fed with different step shapes ({shown}); pad the last axis "
-                             "explicitly (pad_dims=true, entries flagged in <key>_dim_is_pad) or map the key apart")
+            last_only = len({len(s) for _, s in feeds}) == 1 and len({s[:-1] for _, s in feeds}) == 1 and feeds[0][1]
+            hint = ("pad the last axis explicitly (pad_dims=true, entries flagged in <key>_dim_is_pad) or map the key "
+                    "apart" if last_only else "map the key apart: they differ in more than their last axis, which is "
+                    "all pad_dims pads")
+            raise ValueError(f"mixture key {name!r} is fed with different step shapes ({shown}); {hint}")
         for src, s in feeds:
             if s != tuple(target):
                 raise ValueError(f"mixture key {name!r}: source {src!r} has step shape {s}, the key {tuple(target)} "
@@ -161,10 +165,11 @@ def _check_fill(name: str, fill: Any, dtype: np.dtype) -> None:
 
 def _renames(source: MixtureSource, info: StoreInfo) -> dict[str, str]:
     """``{store key: mixture key}`` of every kept store key."""
-    missing = sorted(k for k in list(source.keys) + list(source.drop) if k not in info.keys)
-    if missing:
-        raise KeyError(f"source {source.name!r}: the key map names {missing}, not keys of the store "
-                       f"(its keys: {sorted(info.keys)})")
+    for what, names in (("the key map", source.keys), ("drop", source.drop)):
+        missing = sorted(k for k in names if k not in info.keys)
+        if missing:
+            raise KeyError(f"source {source.name!r}: {what} names {missing}, not keys of the store "
+                           f"(its keys: {sorted(info.keys)})")
     out, seen = {}, {}
     for k in info.keys:
         if k in source.drop:
@@ -216,6 +221,13 @@ def resolve(sources: Sequence[MixtureSource], infos: Sequence[StoreInfo], keys: 
         if n in RESERVED_KEYS or n.endswith(IS_PAD) or n.endswith(DIM_IS_PAD):
             raise ValueError(f"mixture key {n!r} clashes with the keys batches hold ({', '.join(RESERVED_KEYS)}, "
                              f"<key>{IS_PAD}, <key>{DIM_IS_PAD}); rename it in the key map")
+    if keys is not None:  # a key the user renamed is one they want: never dropped for not being listed
+        for s, r in zip(sources, renames):
+            lost = sorted((k, m) for k, m in r.items() if k in s.keys and m not in specs)
+            if lost:
+                k, m = lost[0]
+                raise KeyError(f"source {s.name!r} maps store key {k!r} to {m!r}, which is not among the mixture's keys "
+                               f"{sorted(specs)}: add {m!r} to keys (with a fill where a store lacks it) or drop {k!r}")
     deltas = dict(delta_timestamps or {})
     unknown = sorted(set(deltas) - set(specs))
     if unknown:
@@ -246,6 +258,11 @@ def resolve(sources: Sequence[MixtureSource], infos: Sequence[StoreInfo], keys: 
         else:
             dtype = _common_dtype(name, spec, [(src, np.dtype(dt)) for src, (dt, _) in feeds])
             shape = _common_shape(name, spec, [(src, tuple(sh)) for src, (_, sh) in feeds])
+            frames = [src for src, (dt, sh) in feeds if is_frames((1,) + tuple(sh), np.dtype(dt))]
+            if frames and dtype.kind == "f":
+                raise TypeError(f"mixture key {name!r}: source {frames[0]!r} holds camera frames (uint8), which never "
+                                f"become a {dtype} key; keep the key uint8 (MixtureDataset(float_images=True) gives "
+                                "float32 in [0, 1])")
         _check_fill(name, spec.fill, dtype)
         resolved.append(ResolvedKey(
             name, dtype, shape, len(deltas[name]) if name in deltas else None, spec.fill, bool(spec.pad_dims),

@@ -29,7 +29,7 @@ import numpy as np
 
 from replaybuf_core.layout.frame_resize import FrameResize, parse_resize
 from replaybuf_core.layout.frames import frame_keys
-from replaybuf_core.protocol import distinct
+from replaybuf_core.protocol import Pending, distinct
 from replaybuf_core.sampling.arena import OutputArena
 from replaybuf_core.sampling.sampler import _pad_value, _sample_dtype, array_like
 from replaybuf_core.sampling.sampler_indices import _check_int, validate_index_args
@@ -344,34 +344,24 @@ class WindowSampler:
         return {k: v[0] for k, v in self.sample_batch([int(idx)]).items()}
 
 
-class PendingBatch:
+class PendingBatch(Pending):
     """A batch :meth:`WindowSampler.sample_batch_async` started; :meth:`result` finishes it once
     (later calls return the same batch, or raise the same error: never a batch a failed read left
-    half written)."""
+    half written): the batch of :meth:`WindowSampler.sample_batch`, after the reads started, or the
+    first failed read's error."""
 
     def __init__(self, sampler: WindowSampler, pending: list, result: dict[str, np.ndarray],
                  episode_index: np.ndarray, frame_index: np.ndarray):
-        self._sampler, self._pending, self._result = sampler, pending, result
-        self._error: BaseException | None = None
-        #: int64 (B,): each sample's episode and anchor step in it (:meth:`WindowSampler.locate`), known at once
-        self.episode_index, self.frame_index = episode_index, frame_index
-
-    def result(self) -> dict[str, np.ndarray]:
-        """The batch of :meth:`WindowSampler.sample_batch` (waits for the reads started); raises
-        the first failed read's error (again on every later call)."""
-        if self._error is not None:
-            raise self._error
-        pending, self._pending = self._pending, []
-        try:
+        def finish() -> dict[str, np.ndarray]:
             for p in pending:
                 p.result()
-        except BaseException as exc:
-            self._error = exc
-            raise
-        result = self._result
-        if self._sampler.pad_mode == "zero":
-            for key in self._sampler.delta_steps:
-                pad = result[key + IS_PAD_SUFFIX]
-                if pad.any():
-                    result[key][pad] = _pad_value(result[key].dtype)
-        return result
+            if sampler.pad_mode == "zero":
+                for key in sampler.delta_steps:
+                    pad = result[key + IS_PAD_SUFFIX]
+                    if pad.any():
+                        result[key][pad] = _pad_value(result[key].dtype)
+            return result
+
+        super().__init__(finish)
+        #: int64 (B,): each sample's episode and anchor step in it (:meth:`WindowSampler.locate`), known at once
+        self.episode_index, self.frame_index = episode_index, frame_index

@@ -11,7 +11,7 @@ import numpy as np
 
 from replaybuf_core.errors import CapabilityError
 from replaybuf_core.layout.frames import is_frames
-from replaybuf_core.protocol import CAP_ROWS_AT, distinct, read_rows_via_ranges
+from replaybuf_core.protocol import CAP_ROWS_AT, Pending, distinct, read_rows_via_ranges
 
 from .buffer_checks import _check_index
 
@@ -118,7 +118,7 @@ class StepReading:
             if resize is not None or CAP_ROWS_AT not in getattr(self._store, "capabilities", ()):
                 part = self.read_rows_async(key, rows, np.empty(rows.shape + out.shape[rows.ndim:], out.dtype), dtypes,
                                             resize)
-                return _Placed(part, out, at)
+                return Pending(lambda: _place(out, at, part.result()))
             start = getattr(self._store, "read_rows_async", None)
             if start is not None:
                 return start("data", key, rows, out, at=at)
@@ -258,22 +258,8 @@ def _pair(key: str, value: Any) -> tuple[int, int]:
     return int(value[0]), int(value[1])
 
 
-class _Placed:
-    """A read into a temporary whose ``result()`` then places its rows at ``at`` of ``out`` (for
-    backends without ``"rows_at"``: :meth:`StepReading.read_rows_async`)."""
-
-    def __init__(self, part: Any, out: np.ndarray, at: np.ndarray):
-        self._part, self._out, self._at = part, out, at
-        self._error: BaseException | None = None
-
-    def result(self) -> np.ndarray:
-        if self._error is not None:
-            raise self._error
-        if self._part is not None:
-            part, self._part = self._part, None
-            try:
-                self._out[self._at] = part.result()
-            except BaseException as exc:
-                self._error = exc
-                raise
-        return self._out
+def _place(out: np.ndarray, at: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``out`` with ``out[at] = rows`` (the rows a read put into a temporary, for backends without
+    ``"rows_at"``: :meth:`StepReading.read_rows_async`)."""
+    out[at] = rows
+    return out

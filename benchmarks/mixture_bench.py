@@ -13,7 +13,9 @@
   time each store alone (its batches of 32, that round) takes for as many samples as the mixture
   drew from it, over the mixture's time — the nominal shares' expectation without the binomial
   spread of 4 batches (median and range over 12 rounds).  CPU-ms a sample (user + sys of the
-  process, its decode threads included) is printed beside samples/s.
+  process, its decode threads included) is printed beside samples/s.  A full garbage collection
+  runs before the timed rounds (and ``gc.freeze`` keeps the set-up's objects out of later ones), so
+  that no configuration's round carries the ~130 ms one full collection takes here.
 * **Object storage**: Push-T in a bucket (moto's server) behind a proxy adding 30 ms to each request:
   the mixture's streaming order (``block=256, span=4``) with the node's local byte cache, a prefetch
   thread and the read-ahead of the next run of blocks, through ``MixtureDataset`` (0 workers), against
@@ -31,6 +33,7 @@ nothing mid-epoch: lerobot #3917).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -214,6 +217,8 @@ def throughput(table: Table, tmp: Path, smoke: bool) -> None:
         return
     mix = _mixture(stores, {n: 1.0 for n in stores})
     alone = [_alone(mix, s) for s in range(len(stores))]
+    gc.collect()  # the imports' and set-up's garbage: one full collection of ~300 k objects (torch, numba)
+    gc.freeze()  # takes ~130 ms, and would land in whichever configuration's round it falls on
     rng = np.random.default_rng(0)
     rounds, calls = (3, 2) if smoke else (12, 4)
     p = mix.order.probabilities
@@ -284,6 +289,7 @@ def throughput(table: Table, tmp: Path, smoke: bool) -> None:
     table.ratio("mixture", "mixture / its stores' samplers on the same windows (its own cost)", own, "(informational)",
                 True)
     _through_datasets(table, stores, mix, smoke)
+    gc.unfreeze()
     _bucket(table, stores["pusht"], tmp, smoke)
 
 

@@ -44,6 +44,12 @@ def codec_pool() -> ThreadPoolExecutor:
     return _POOL[1]
 
 
+#: maps with items left to take, oldest first (an ordered set): what a joining thread may help with
+_LIVE: dict[SharedMap, None] = {}
+_LIVE_LOCK = threading.Lock()
+_STEALING = threading.local()
+
+
 class SharedMap:
     """``[fn(x) for x in items]`` computed by pool helpers started now and by whoever calls
     :meth:`join` later: each takes a few items at a time from a shared counter until none is left.
@@ -53,6 +59,11 @@ class SharedMap:
     items a helper is computing, and returns the results in input order (or raises the first error).
     A helper slow to start (a sleeping vCPU, a pool busy with background writes) costs nothing — the
     caller takes its share — and joining from a pool thread cannot deadlock.
+
+    While ``join`` waits for a helper's last items it computes items of another map of this process
+    that still has some (the oldest first; a loader's next batch, started before this one was
+    finished): the joining thread never idles while there is decoding to do.  A stolen item's error
+    stays with its own map (raised by that map's ``join``); a Ctrl-C stops the joining thread too.
     """
 
     def __init__(self, fn: Callable[[Any], Any], items: Sequence[Any], helpers: int):
@@ -68,32 +79,74 @@ class SharedMap:
         # every helper waiting on it for ever — and the interpreter's exit joining them
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        self._pid = os.getpid()
+        if n:
+            with _LIVE_LOCK:
+                _LIVE[self] = None
         pool = codec_pool()
         for _ in range(min(helpers, n)):
             pool.submit(self._work)
 
-    def _work(self) -> None:
+    def _work(self, once: bool = False) -> bool:
+        """Take and compute items until none is left (``once``: one take); True when it took any."""
         fn, items, out, n = self._fn, self._items, self._out, len(self._items)
+        took = False
         while True:
             with self._lock:
-                if self._errors or self._next >= n:
-                    return
+                if self._errors or self._next >= n or (once and took):
+                    done = not once or not took
+                    break
                 lo = self._next
                 hi = self._next = min(n, lo + self._grab)
                 self._running += 1
+            took = True
             try:
                 for i in range(lo, hi):
                     out[i] = fn(items[i])
             except BaseException as exc:  # re-raised by join()
                 self._errors.append(exc)
+                if once and not isinstance(exc, Exception):
+                    raise  # a Ctrl-C while this thread helps another map stops this thread too
             finally:
                 with self._lock:
                     self._running -= 1
                     self._cond.notify_all()
+        if done:
+            with _LIVE_LOCK:
+                _LIVE.pop(self, None)
+        return took
+
+    def _help_others(self) -> None:
+        """While this map's helpers compute its last items, compute items of other maps of this
+        process (the oldest first), one take at a time; never nested (a stolen item that joins a
+        map of its own waits for it plainly)."""
+        if getattr(_STEALING, "on", False):
+            return
+        _STEALING.on = True
+        try:
+            while True:
+                with self._lock:
+                    if self._running == 0:
+                        return
+                other = None
+                with _LIVE_LOCK:
+                    for m in list(_LIVE):
+                        if m._pid != self._pid:  # a parent's, inherited by this forked child: not ours
+                            del _LIVE[m]
+                        elif m is not self:
+                            other = m
+                            break
+                if other is None:
+                    return
+                other._work(once=True)  # (a map with nothing left to take leaves _LIVE)
+        finally:
+            _STEALING.on = False
 
     def join(self) -> list[Any]:
-        """Compute what is left, wait for the items being computed; the results (or the first error)."""
+        """Compute what is left (then, while helpers finish, other maps' items), wait for the items
+        being computed; the results (or the first error)."""
         self._work()
+        self._help_others()
         with self._lock:
             self._cond.wait_for(lambda: self._running == 0)
         if self._errors:

@@ -120,4 +120,67 @@ def test_a_ctrl_c_inside_any_enter_of_the_callers_map_leaves_no_lock_held():
 
     assert not held(sm._cond._lock)
     done = codec_pool().submit(lambda: sm._work())  # the helpers can still take the lock
-    assert done.result(timeout=10) is None
+    assert isinstance(done.result(timeout=10), bool)  # it returned: the lock was free
+
+
+def _blocked_map(release: threading.Event) -> pool.SharedMap:
+    """A map of one item its one helper computes until ``release`` is set (or 10 s pass)."""
+    started = threading.Event()
+    sm = pool.SharedMap(lambda x: (started.set(), release.wait(10), x)[2], ["a"], 1)
+    assert started.wait(10)
+    return sm
+
+
+def test_a_join_waiting_on_its_helper_computes_another_maps_items():
+    """While a join waits for its helper's last item, the joining thread computes the items of
+    another map still waiting to be taken (a loader's next batch): here every item of ``other``
+    (which has no helper of its own) is computed by this thread during ``first.join()``, and
+    ``other.join()`` then has nothing left to compute."""
+    release = threading.Event()
+    first = _blocked_map(release)
+    by = []
+
+    def item(x):
+        by.append(threading.get_ident())
+        if len(by) == 10:
+            release.set()  # the helper of `first` ends once every item of `other` is done
+        return x * 2
+
+    other = pool.SharedMap(item, list(range(10)), 0)
+    assert first.join() == ["a"]
+    assert release.is_set() and by == [threading.get_ident()] * 10
+    assert other.join() == [x * 2 for x in range(10)]
+    assert len(by) == 10  # nothing computed twice
+
+
+def test_another_maps_error_stays_with_it_and_a_ctrl_c_stops_the_joining_thread():
+    """A stolen item's error is that map's, raised by its own join, not by the join that helped;
+    a KeyboardInterrupt in a stolen item stops the joining thread as well."""
+    release = threading.Event()
+    first = _blocked_map(release)
+
+    def bad(x):
+        if x == 3:
+            release.set()
+            raise ValueError("item 3")
+        return x
+
+    other = pool.SharedMap(bad, list(range(8)), 0)
+    assert first.join() == ["a"]
+    with pytest.raises(ValueError, match="item 3"):
+        other.join()
+
+    release = threading.Event()
+    first = _blocked_map(release)
+
+    def interrupted(x):
+        release.set()
+        raise KeyboardInterrupt
+
+    other = pool.SharedMap(interrupted, list(range(8)), 0)
+    with pytest.raises(KeyboardInterrupt):
+        first.join()
+    assert first.join() == ["a"]  # its own items are intact
+    with pytest.raises(KeyboardInterrupt):
+        other.join()
+    assert not pool._LIVE  # no map is left behind with items to take

@@ -88,7 +88,7 @@ class SharedMap:
             pool.submit(self._work)
 
     def _work(self, once: bool = False) -> bool:
-        """Take and compute items until none is left (``once``: one take); True when it took any."""
+        """Take and compute items until none is left (``once``: one item); True when it took any."""
         fn, items, out, n = self._fn, self._items, self._out, len(self._items)
         took = False
         while True:
@@ -97,7 +97,7 @@ class SharedMap:
                     done = not once or not took
                     break
                 lo = self._next
-                hi = self._next = min(n, lo + self._grab)
+                hi = self._next = min(n, lo + (1 if once else self._grab))
                 self._running += 1
             took = True
             try:
@@ -118,7 +118,7 @@ class SharedMap:
 
     def _help_others(self) -> None:
         """While this map's helpers compute its last items, compute items of other maps of this
-        process (the oldest first), one take at a time; never nested (a stolen item that joins a
+        process (the oldest first), one item at a time; never nested (a stolen item that joins a
         map of its own waits for it plainly)."""
         if getattr(_STEALING, "on", False):
             return

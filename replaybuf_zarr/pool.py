@@ -44,7 +44,7 @@ def codec_pool() -> ThreadPoolExecutor:
     return _POOL[1]
 
 
-#: maps with items left to take, oldest first (an ordered set): what a joining thread may help with
+#: shared maps with items left to take, oldest first (an ordered set): what a joining thread may help with
 _LIVE: dict[SharedMap, None] = {}
 _LIVE_LOCK = threading.Lock()
 _STEALING = threading.local()
@@ -60,13 +60,15 @@ class SharedMap:
     A helper slow to start (a sleeping vCPU, a pool busy with background writes) costs nothing — the
     caller takes its share — and joining from a pool thread cannot deadlock.
 
-    While ``join`` waits for a helper's last items it computes items of another map of this process
-    that still has some (the oldest first; a loader's next batch, started before this one was
-    finished): the joining thread never idles while there is decoding to do.  A stolen item's error
-    stays with its own map (raised by that map's ``join``); a Ctrl-C stops the joining thread too.
+    ``share=True`` marks items that are CPU work of a few ms each (decoding local chunks): while any
+    ``join`` waits for a helper's last items, it computes items of the oldest such map of this
+    process that still has some (a loader's next batch, started before this one was finished), so
+    the joining thread never idles while there is decoding to do.  A stolen item's error stays with
+    its own map (raised by that map's ``join``); a Ctrl-C stops the joining thread too.  Maps of
+    other work (object-store fetches that wait on the network) are never computed by other joins.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], items: Sequence[Any], helpers: int):
+    def __init__(self, fn: Callable[[Any], Any], items: Sequence[Any], helpers: int, share: bool = False):
         self._fn, self._items = fn, items
         n = len(items)
         self._out: list[Any] = [None] * n
@@ -80,7 +82,7 @@ class SharedMap:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._pid = os.getpid()
-        if n:
+        if n and share:
             with _LIVE_LOCK:
                 _LIVE[self] = None
         pool = codec_pool()
@@ -111,7 +113,7 @@ class SharedMap:
                 with self._lock:
                     self._running -= 1
                     self._cond.notify_all()
-        if done:
+        if done and self in _LIVE:
             with _LIVE_LOCK:
                 _LIVE.pop(self, None)
         return took

@@ -103,7 +103,7 @@ class RowGather:
             return d
 
         generation = self._generation
-        job = SharedMap(decode, items, _CPUS - 1)
+        job = SharedMap(decode, items, _CPUS - 1, share=True)  # other joins may decode these while they wait
 
         def finish() -> np.ndarray:
             for c, hit in got.items():  # cached chunks, while the helpers decode

@@ -146,7 +146,7 @@ def test_a_join_waiting_on_its_helper_computes_another_maps_items():
             release.set()  # the helper of `first` ends once every item of `other` is done
         return x * 2
 
-    other = pool.SharedMap(item, list(range(10)), 0)
+    other = pool.SharedMap(item, list(range(10)), 0, share=True)
     assert first.join() == ["a"]
     assert release.is_set() and by == [threading.get_ident()] * 10
     assert other.join() == [x * 2 for x in range(10)]
@@ -165,7 +165,7 @@ def test_another_maps_error_stays_with_it_and_a_ctrl_c_stops_the_joining_thread(
             raise ValueError("item 3")
         return x
 
-    other = pool.SharedMap(bad, list(range(8)), 0)
+    other = pool.SharedMap(bad, list(range(8)), 0, share=True)
     assert first.join() == ["a"]
     with pytest.raises(ValueError, match="item 3"):
         other.join()
@@ -177,10 +177,25 @@ def test_another_maps_error_stays_with_it_and_a_ctrl_c_stops_the_joining_thread(
         release.set()
         raise KeyboardInterrupt
 
-    other = pool.SharedMap(interrupted, list(range(8)), 0)
+    other = pool.SharedMap(interrupted, list(range(8)), 0, share=True)
     with pytest.raises(KeyboardInterrupt):
         first.join()
     assert first.join() == ["a"]  # its own items are intact
     with pytest.raises(KeyboardInterrupt):
         other.join()
     assert not pool._LIVE  # no map is left behind with items to take
+
+
+def test_a_map_not_shared_is_computed_only_by_its_helpers_and_its_join():
+    """Items not marked ``share`` (an object store's fetches, each waiting on the network) are never
+    taken by another map's join: it waits for its own helper instead."""
+    release = threading.Event()
+    first = _blocked_map(release)
+    by = []
+    other = pool.SharedMap(lambda x: by.append(x) or x, list(range(10)), 0)
+    timer = threading.Timer(0.5, release.set)
+    timer.start()
+    assert first.join() == ["a"]
+    assert by == []
+    assert other.join() == list(range(10))
+    timer.join()

@@ -126,6 +126,7 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             n_log = len(versions.log(rb.store))
             log_s = time.perf_counter() - t
+            versions.untag(rb.store, "raw")  # (a tag pins its version against gc)
             t = time.perf_counter()
             versions.gc(rb.store, keep=1, store_dir=work)
             gc_s = time.perf_counter() - t

@@ -216,6 +216,32 @@ def test_gc_drops_old_versions_but_not_what_a_reader_holds(tmp_path):
         versions.gc(ReplayBuffer(str(path), read_only=True).store)
 
 
+def test_gc_keeps_a_tagged_version_and_every_newer_one_until_the_tag_is_removed(tmp_path):
+    """A tag pins a version (what a training run read): ``gc`` keeps it and every newer version
+    (whose undos it is read through) and says which tag kept them; once the tag is removed, ``gc``
+    drops them.  A tag moved to a newer version no longer pins the older one."""
+    path = tmp_path / "s.zarr"
+    eps = _build(path, 5)
+    with ReplayBuffer(str(path)) as rb:
+        for _ in range(4):
+            rb.delete_episodes([0])  # versions 1..4
+        versions.tag(rb.store, "a", 1)
+        versions.tag(rb.store, "b", 2)
+        rep = versions.gc(rb.store, keep=1, store_dir=path)
+        assert (rep.dropped, rep.kept, rep.tagged) == ([0], [1, 2, 3, 4], {1: ["a"], 2: ["b"]})
+        assert any("version 1 is tagged 'a'" in line for line in rep.lines())
+        versions.tag(rb.store, "a", 3)  # moved: version 1 is pinned no more
+        rep = versions.gc(rb.store, keep=1, store_dir=path)
+        assert (rep.dropped, rep.kept, rep.tagged) == ([1], [2, 3, 4], {2: ["b"], 3: ["a"]})
+        with pytest.raises(VersionNotFoundError, match=r"no tag 'c'; the tags are \['a', 'b'\]"):
+            versions.untag(rb.store, "c")
+        assert versions.untag(rb.store, "b") == 2 and versions.tags(rb.store) == {"a": 3}
+        rep = versions.gc(rb.store, older_than=datetime.timedelta(seconds=-60), store_dir=path)
+        assert (rep.dropped, rep.kept, rep.tagged) == ([2], [3, 4], {3: ["a"]})
+    _same(_content(path, "a"), eps[3:])
+    _same(_content(path), eps[4:])
+
+
 def test_gc_older_than_keeps_the_current_version(tmp_path):
     path = tmp_path / "s.zarr"
     eps = _build(path, 3)
@@ -263,6 +289,14 @@ def test_the_cli_logs_tags_diffs_restores_and_collects(tmp_path, capsys):
     assert main(["restore", str(path), "before-cleanup", "--no-progress"]) == 0
     assert "-> 4 episodes" in capsys.readouterr().out
     _same(_content(path), eps)
+    assert main(["gc", str(path), "--keep", "1"]) == 0  # the tag pins version 0, and so every newer one
+    out = capsys.readouterr().out
+    assert "dropped 0 version(s), kept 4 (0..3)" in out and "version 0 is tagged 'before-cleanup'" in out
+    _same(_content(path, "before-cleanup"), eps)
+    assert main(["tag", str(path), "before-cleanup", "--delete"]) == 0
+    assert "tag 'before-cleanup' removed (it named version 0" in capsys.readouterr().out
+    assert main(["tag", str(path), "before-cleanup", "--delete"]) == 2
+    assert "no tag 'before-cleanup'; the store has no tags" in capsys.readouterr().err
     assert main(["gc", str(path), "--keep", "1"]) == 0
     assert "dropped 3 version(s) (0..2), kept 1 (3..3)" in capsys.readouterr().out
     assert main(["restore", str(path), "0"]) == 2

@@ -47,7 +47,7 @@ from replaybuf_core.protocol import StorageBackend
 
 __all__ = ["APPEND_KINDS", "DELTA_PREFIX", "RECORD_FIELDS", "TAGS", "VERSIONS", "GcReport", "VersionNotFoundError", "delete_unread_undos", "find", "gc", "require_kept",
            "keeps_versions", "late_reader_undos",
-           "log", "note_appends", "public_record", "record", "tag", "tags"]
+           "log", "note_appends", "public_record", "record", "tag", "tags", "untag"]
 
 #: ``meta`` attribute: the list of version records (see the module docstring)
 VERSIONS = "replaybuf_versions"
@@ -228,17 +228,28 @@ def tag(store: StorageBackend, name: str, version: Any = -1) -> int:
     return vid
 
 
+def untag(store: StorageBackend, name: str) -> int:
+    """Remove the tag ``name`` (the version stays, until a :func:`gc` drops it); returns the id it
+    named.  Raises VersionNotFoundError naming the known tags."""
+    names = tags(store)
+    if name not in names:
+        raise VersionNotFoundError(f"no tag {name!r}; " + (f"the tags are {sorted(names)}" if names else "the store has no tags"))
+    vid = names.pop(name)
+    store.set_attrs("meta", {TAGS: names})
+    return vid
+
+
 class GcReport:
     """What :func:`gc` did: ``dropped`` version ids (their undos deleted, their records gone),
     ``kept`` ids, ``held`` id -> the live readers that kept versions from being dropped (pids; on
-    object storage ``"host H pid P"``),
-    ``untagged`` tags that named dropped versions, ``arrays`` deleted."""
+    object storage ``"host H pid P"``), ``tagged`` id -> the tags that kept versions from being
+    dropped, ``arrays`` deleted."""
 
     def __init__(self) -> None:
         self.dropped: list[int] = []
         self.kept: list[int] = []
         self.held: dict[int, list] = {}
-        self.untagged: list[str] = []
+        self.tagged: dict[int, list[str]] = {}
         self.arrays: list[str] = []
 
     def lines(self) -> list[str]:
@@ -249,8 +260,9 @@ class GcReport:
             who = (f"process(es) {pids}" if all(isinstance(p, int) for p in pids) else
                    f"reader(s) {'; '.join(map(str, pids))}")
             out.append(f"version {vid} is read by {who}: it and every newer version were kept (deferred)")
-        if self.untagged:
-            out.append(f"tags {self.untagged} named dropped versions and were removed")
+        for vid, names in sorted(self.tagged.items()):
+            out.append(f"version {vid} is tagged {', '.join(map(repr, names))}: it and every newer version were kept "
+                       f"(`replaybuf tag PATH NAME --delete` lets gc drop it)")
         return out
 
 
@@ -260,7 +272,9 @@ def gc(store: StorageBackend, keep: int | None = None, older_than: Any = None, s
     their undos, freeing what only they held.  A version a live reader holds (:mod:`.version_readers`:
     a lock file when ``store_dir`` is the store's local directory, else the backend's holds, e.g. on
     object storage) is never dropped, nor any newer one (their undos are what it reads): the drop is
-    deferred and the report says by whom.
+    deferred and the report says by whom.  A tagged version is kept likewise, with every newer one
+    (a tag pins what a training run read: git keeps tagged commits, and Apache Iceberg's
+    ``expire_snapshots`` keeps snapshots a tag references); :func:`untag` it first.
 
     Crash-safe: the shortened log is written first (one attribute write), then the undo arrays go;
     a kill between leaves arrays no version names, deleted by the next ``gc`` or edit.
@@ -289,14 +303,16 @@ def gc(store: StorageBackend, keep: int | None = None, older_than: Any = None, s
     readers = {vid: pids for vid, pids in holds.items() if vid in index and index[vid] < cut}
     if readers:
         rep.held = readers
-        cut = min(index[vid] for vid in readers)
+    for name, vid in sorted(tags(store).items()):
+        if vid in index and index[vid] < cut:
+            rep.tagged.setdefault(vid, []).append(name)
+    if readers or rep.tagged:
+        cut = min(index[vid] for vid in [*readers, *rep.tagged])
     dropped, left = versions[:cut], versions[cut:]
     rep.dropped = [int(v["id"]) for v in dropped]
     rep.kept = [int(v["id"]) for v in left]
-    names = tags(store)
-    rep.untagged = sorted(n for n, vid in names.items() if vid in set(rep.dropped))
     if dropped:
-        store.set_attrs("meta", {VERSIONS: left, TAGS: {n: v for n, v in names.items() if n not in rep.untagged}})
+        store.set_attrs("meta", {VERSIONS: left})
     if CAP_VERSIONS not in store.capabilities or not store.has_group(VERSIONS_GROUP):
         return rep
     # a reader that took its hold before the log was cut reads its version's undo and every newer one

@@ -167,3 +167,14 @@ def _close(h: _FileHandle) -> None:
 
 
 FILES = _FilePool()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) gets a free lock: a parent thread may have held it at the
+    fork, and the child's first read waited on it for ever.  The parent's descriptors are dropped,
+    not closed, by the child's next call (:meth:`_FilePool._check_fork`)."""
+    FILES._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -50,6 +50,17 @@ _LIVE_LOCK = threading.Lock()
 _STEALING = threading.local()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child gets a free lock (a parent thread may have held it at the fork); the parent's
+    maps stay in ``_LIVE`` until a join of the child skips and drops them (nothing is freed here)."""
+    global _LIVE_LOCK
+    _LIVE_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class SharedMap:
     """``[fn(x) for x in items]`` computed by pool helpers started now and by whoever calls
     :meth:`join` later: each takes a few items at a time from a shared counter until none is left.
@@ -60,12 +71,14 @@ class SharedMap:
     A helper slow to start (a sleeping vCPU, a pool busy with background writes) costs nothing — the
     caller takes its share — and joining from a pool thread cannot deadlock.
 
-    ``share=True`` marks items that are CPU work of a few ms each (decoding local chunks): while any
-    ``join`` waits for a helper's last items, it computes items of the oldest such map of this
-    process that still has some (a loader's next batch, started before this one was finished), so
-    the joining thread never idles while there is decoding to do.  A stolen item's error stays with
-    its own map (raised by that map's ``join``); a Ctrl-C stops the joining thread too.  Maps of
-    other work (object-store fetches that wait on the network) are never computed by other joins.
+    ``share=True`` marks items that are CPU work of a few ms each (decoding local chunks): while a
+    ``join`` on a thread other than the main thread waits for a helper's last items, it computes
+    items of the oldest such map of this process that still has some (a loader's prefetch thread:
+    the next batch, started before this one was finished), so that thread never idles while there
+    is decoding to do.  A stolen item's error stays with its own map (raised by that map's
+    ``join``).  The main thread never helps: a Ctrl-C (delivered to it only) must not land inside
+    another map's item, and a reader on it is never held back by another thread's decodes.  Maps
+    of other work (object-store fetches that wait on the network) are never computed by other joins.
     """
 
     def __init__(self, fn: Callable[[Any], Any], items: Sequence[Any], helpers: int, share: bool = False):
@@ -107,8 +120,6 @@ class SharedMap:
                     out[i] = fn(items[i])
             except BaseException as exc:  # re-raised by join()
                 self._errors.append(exc)
-                if once and not isinstance(exc, Exception):
-                    raise  # a Ctrl-C while this thread helps another map stops this thread too
             finally:
                 with self._lock:
                     self._running -= 1
@@ -119,10 +130,10 @@ class SharedMap:
         return took
 
     def _help_others(self) -> None:
-        """While this map's helpers compute its last items, compute items of other maps of this
-        process (the oldest first), one item at a time; never nested (a stolen item that joins a
-        map of its own waits for it plainly)."""
-        if getattr(_STEALING, "on", False):
+        """While this map's helpers compute its last items, compute items of other shared maps of
+        this process (the oldest first), one item at a time; not on the main thread, and never
+        nested (a stolen item that joins a map of its own waits for it plainly)."""
+        if getattr(_STEALING, "on", False) or threading.current_thread() is threading.main_thread():
             return
         _STEALING.on = True
         try:

@@ -222,16 +222,23 @@ class _Plan:
 
 class RowsRead:
     """A row read in progress (:meth:`ChunkReader.read_rows_async`): ``result()`` completes it once
-    and returns the filled array (later calls return it again)."""
+    and returns the filled array (later calls return it again, or raise the same error again)."""
 
     def __init__(self, finish: Callable[[], np.ndarray] | None = None, value: np.ndarray | None = None):
         self._finish = finish
         self._value = value
+        self._error: BaseException | None = None
 
     def result(self) -> np.ndarray:
         if self._finish is not None:
             finish, self._finish = self._finish, None
-            self._value = finish()
+            try:
+                self._value = finish()
+            except BaseException as exc:
+                self._error = exc
+                raise
+        if self._error is not None:
+            raise self._error
         return self._value
 
 

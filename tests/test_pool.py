@@ -131,11 +131,32 @@ def _blocked_map(release: threading.Event) -> pool.SharedMap:
     return sm
 
 
+def _on_a_thread(fn):
+    """``fn()`` on a thread other than the main thread (only those help other maps): its result, or
+    its exception raised here."""
+    got = []
+
+    def run():
+        try:
+            got.append(("ok", fn()))
+        except BaseException as exc:  # handed back to the test
+            got.append(("error", exc))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    assert got, "the thread did not finish in 30 s"
+    kind, value = got[0]
+    if kind == "error":
+        raise value
+    return value
+
+
 def test_a_join_waiting_on_its_helper_computes_another_maps_items():
-    """While a join waits for its helper's last item, the joining thread computes the items of
-    another map still waiting to be taken (a loader's next batch): here every item of ``other``
-    (which has no helper of its own) is computed by this thread during ``first.join()``, and
-    ``other.join()`` then has nothing left to compute."""
+    """While a join (on a thread other than the main one: a loader's prefetch thread) waits for its
+    helper's last item, it computes the items of another shared map still waiting to be taken (the
+    loader's next batch): here every item of ``other`` (which has no helper of its own) is computed
+    by that thread during ``first.join()``, and ``other.join()`` then has nothing left to compute."""
     release = threading.Event()
     first = _blocked_map(release)
     by = []
@@ -147,55 +168,100 @@ def test_a_join_waiting_on_its_helper_computes_another_maps_items():
         return x * 2
 
     other = pool.SharedMap(item, list(range(10)), 0, share=True)
-    assert first.join() == ["a"]
-    assert release.is_set() and by == [threading.get_ident()] * 10
+    joiner = []
+    assert _on_a_thread(lambda: joiner.append(threading.get_ident()) or first.join()) == ["a"]
+    assert release.is_set() and by == joiner * 10
     assert other.join() == [x * 2 for x in range(10)]
     assert len(by) == 10  # nothing computed twice
+    assert not pool._LIVE
 
 
-def test_another_maps_error_stays_with_it_and_a_ctrl_c_stops_the_joining_thread():
-    """A stolen item's error is that map's, raised by its own join, not by the join that helped;
-    a KeyboardInterrupt in a stolen item stops the joining thread as well."""
-    release = threading.Event()
-    first = _blocked_map(release)
+def test_another_maps_error_stays_with_it():
+    """A stolen item's error, even a KeyboardInterrupt, is that map's, raised by its own join, not
+    by the join that helped."""
+    for error in (ValueError("item 3"), KeyboardInterrupt()):
+        release = threading.Event()
+        first = _blocked_map(release)
 
-    def bad(x):
-        if x == 3:
-            release.set()
-            raise ValueError("item 3")
-        return x
+        def bad(x, error=error):
+            if x == 3:
+                release.set()
+                raise error
+            return x
 
-    other = pool.SharedMap(bad, list(range(8)), 0, share=True)
-    assert first.join() == ["a"]
-    with pytest.raises(ValueError, match="item 3"):
-        other.join()
-
-    release = threading.Event()
-    first = _blocked_map(release)
-
-    def interrupted(x):
-        release.set()
-        raise KeyboardInterrupt
-
-    other = pool.SharedMap(interrupted, list(range(8)), 0, share=True)
-    with pytest.raises(KeyboardInterrupt):
-        first.join()
-    assert first.join() == ["a"]  # its own items are intact
-    with pytest.raises(KeyboardInterrupt):
-        other.join()
-    assert not pool._LIVE  # no map is left behind with items to take
+        other = pool.SharedMap(bad, list(range(8)), 0, share=True)
+        assert _on_a_thread(first.join) == ["a"]
+        with pytest.raises(type(error)):
+            other.join()
+        assert not pool._LIVE  # no map is left behind with items to take
 
 
-def test_a_map_not_shared_is_computed_only_by_its_helpers_and_its_join():
+@pytest.mark.parametrize("share", [False, True])
+def test_the_main_thread_and_maps_not_shared_never_help(share):
     """Items not marked ``share`` (an object store's fetches, each waiting on the network) are never
-    taken by another map's join: it waits for its own helper instead."""
+    taken by another map's join, and a join on the main thread (where a Ctrl-C lands, and a reader
+    must not wait on another thread's decodes) never takes another map's items: it waits for its
+    own helper instead."""
     release = threading.Event()
     first = _blocked_map(release)
     by = []
-    other = pool.SharedMap(lambda x: by.append(x) or x, list(range(10)), 0)
+    other = pool.SharedMap(lambda x: by.append(x) or x, list(range(10)), 0, share=share)
     timer = threading.Timer(0.5, release.set)
     timer.start()
-    assert first.join() == ["a"]
+    assert (first.join() if share else _on_a_thread(first.join)) == ["a"]
     assert by == []
     assert other.join() == list(range(10))
     timer.join()
+
+
+def test_a_forked_child_reads_files_while_a_parent_thread_held_the_file_pool_lock(tmp_path):
+    """A DataLoader worker forked while another thread of the parent was inside the open-file pool's
+    lock (a read in flight) waited for that lock for ever at its first read.  Here a thread holds
+    the lock across the fork; the child must open and read a file within 20 s."""
+    import os
+
+    from replaybuf_zarr.file_pool import FILES
+
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with FILES._lock:
+            held.set()
+            done.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the read works
+        ok = False
+        try:
+            h = FILES.open(12345, str(path))
+            ok = h is not None and os.pread(h.fd, 3, 0) == b"abc"
+        finally:
+            os._exit(0 if ok else 1)
+    done.set()
+    t.join()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got:
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung on the file pool's lock")
+
+
+def test_a_failed_row_read_raises_its_error_again():
+    """``RowsRead.result()`` of a failed read raises the same error on every call (it returned None
+    on the second one: a caller retrying got no rows and no error)."""
+    from replaybuf_zarr.row_gather import RowsRead
+
+    read = RowsRead(finish=lambda: 1 / 0)
+    for _ in range(2):
+        with pytest.raises(ZeroDivisionError):
+            read.result()

@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from replaybuf_core.protocol import Pending
+
 from .pool import _CPUS, SharedMap, parallel_map
 
 __all__ = ["RowGather", "RowsRead", "ROW_COPY_BYTES"]
@@ -220,26 +222,13 @@ class _Plan:
             out[index] = src[at]
 
 
-class RowsRead:
+class RowsRead(Pending):
     """A row read in progress (:meth:`ChunkReader.read_rows_async`): ``result()`` completes it once
-    and returns the filled array (later calls return it again, or raise the same error again)."""
+    and returns the filled array (later calls return it again, or raise the same error again:
+    :class:`~replaybuf_core.protocol.Pending`).  ``value``: a read already done."""
 
     def __init__(self, finish: Callable[[], np.ndarray] | None = None, value: np.ndarray | None = None):
-        self._finish = finish
-        self._value = value
-        self._error: BaseException | None = None
-
-    def result(self) -> np.ndarray:
-        if self._finish is not None:
-            finish, self._finish = self._finish, None
-            try:
-                self._value = finish()
-            except BaseException as exc:
-                self._error = exc
-                raise
-        if self._error is not None:
-            raise self._error
-        return self._value
+        super().__init__(finish if finish is not None else (lambda: value))
 
 
 class _ReaderAsStore:

@@ -9,11 +9,15 @@ installed.  The built-in ``numpy`` and ``zarr`` backends are found the same way 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import logging
 import os
+import signal
+import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,32 +66,82 @@ def get_plugin_manager() -> pluggy.PluginManager:
         importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
         key=lambda ep: (ep.name not in _BUILTIN_ORDER, ep.name),
     )
-    for ep in eps:
-        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
-            continue
-        dist = getattr(ep, "dist", None)
-        dist_name = dist.metadata["Name"] if dist is not None else None
-        dist_version = dist.version if dist is not None else None
-        try:
-            module = ep.load()
-        except Exception as exc:  # a broken plugin must not break the others
-            _reraise_interrupt(exc)
-            warnings.warn(
-                f"replaybuf backend plugin {ep.name!r} ({ep.value}, distribution {dist_name}) failed "
-                f"to load and is skipped: {type(exc).__name__}: {exc}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            continue
-        pm.register(module, name=ep.name)
-        _dist_of_plugin[ep.name] = (dist_name, dist_version)
+    with _interrupts_noted() as interrupts:
+        for ep in eps:
+            if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+                continue
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.metadata["Name"] if dist is not None else None
+            dist_version = dist.version if dist is not None else None
+            try:
+                module = ep.load()
+            except Exception as exc:  # a broken plugin must not break the others
+                _reraise_interrupt(exc, interrupts)
+                warnings.warn(
+                    f"replaybuf backend plugin {ep.name!r} ({ep.value}, distribution {dist_name}) failed "
+                    f"to load and is skipped: {type(exc).__name__}: {exc}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            _reraise_interrupt(None, interrupts)  # an interrupt the module caught and went on after
+            pm.register(module, name=ep.name)
+            _dist_of_plugin[ep.name] = (dist_name, dist_version)
     return pm
 
 
-def _reraise_interrupt(exc: BaseException) -> None:
-    """Raise KeyboardInterrupt when ``exc`` was caused by one: a Ctrl-C while a plugin's module is
-    imported can surface wrapped (e.g. ``RuntimeError: Error calling __set_name__``), and must stop
-    the command as Ctrl-C does, not skip the plugin as broken."""
+#: The signals whose Python handler raises an interrupt in a command: SIGINT (Ctrl-C) and SIGTERM (the
+#: CLI raises it like Ctrl-C, as a KeyboardInterrupt subclass).
+_NOTED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _interrupts_noted() -> Iterator[list[KeyboardInterrupt]]:
+    """Run the block with the installed SIGINT/SIGTERM handlers wrapped so that every
+    ``KeyboardInterrupt`` they raise is also appended to the yielded list.
+
+    A Ctrl-C while a plugin's module imports can be swallowed by the module: numba's C extension
+    prints the interrupt and raises ``ImportError: numba._devicearray failed to import`` with no
+    ``__cause__``/``__context__`` (a CI run of the Ctrl-C test hit it), and a module may also catch it
+    and go on.  The list says that the user did press Ctrl-C, whatever the import made of it.  Main
+    thread only (signals are delivered there; ``signal.signal`` raises elsewhere); non-callable
+    handlers (SIG_DFL, SIG_IGN) are left alone; the previous handlers are restored at the end."""
+    noted: list[KeyboardInterrupt] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = {sig: signal.getsignal(sig) for sig in _NOTED_SIGNALS}
+    previous = {sig: h for sig, h in previous.items() if callable(h)}
+
+    def noting(handler: Any) -> Any:
+        def handle(signum: int, frame: Any) -> Any:
+            try:
+                return handler(signum, frame)
+            except KeyboardInterrupt as exc:
+                noted.append(exc)
+                raise
+        return handle
+
+    installed = {}
+    try:
+        for sig, handler in previous.items():
+            installed[sig] = signal.signal(sig, noting(handler))
+        yield noted
+    finally:
+        for sig, handler in installed.items():
+            signal.signal(sig, handler)
+
+
+def _reraise_interrupt(exc: BaseException | None, noted: list[KeyboardInterrupt] = ()) -> None:
+    """Raise KeyboardInterrupt when ``exc`` was caused by one, or when ``noted`` (from
+    :func:`_interrupts_noted`) holds one: a Ctrl-C while a plugin's module is imported can surface
+    wrapped (e.g. ``RuntimeError: Error calling __set_name__``), or as an unrelated error with no chain
+    (numba's ``ImportError``), or not at all, and must stop the command as Ctrl-C does, not skip
+    the plugin as broken nor be lost.  The interrupt raised keeps the type of the one noted (the CLI's
+    SIGTERM interrupt is a subclass)."""
+    if noted:
+        interrupt = noted[0]
+        raise type(interrupt)(*interrupt.args) from exc
     seen, e = set(), exc
     while e is not None and id(e) not in seen:
         if isinstance(e, KeyboardInterrupt):
@@ -104,17 +158,19 @@ def _collect(hook_name: str, base: type, what: str) -> dict[str, tuple[Any, str,
     found: dict[str, tuple[Any, str, str | None, str | None]] = {}
     # get_hookimpls() lists implementations in registration order (built-ins first)
     for impl in getattr(pm.hook, hook_name).get_hookimpls():
-        try:
-            classes = impl.function()
-        except Exception as exc:
-            _reraise_interrupt(exc)
-            warnings.warn(
-                f"replaybuf plugin {impl.plugin_name!r} raised in {hook_name}() and is "
-                f"skipped: {type(exc).__name__}: {exc}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            continue
+        with _interrupts_noted() as interrupts:
+            try:
+                classes = impl.function()
+            except Exception as exc:
+                _reraise_interrupt(exc, interrupts)
+                warnings.warn(
+                    f"replaybuf plugin {impl.plugin_name!r} raised in {hook_name}() and is "
+                    f"skipped: {type(exc).__name__}: {exc}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                continue
+            _reraise_interrupt(None, interrupts)
         dist_name, dist_version = _dist_of_plugin.get(impl.plugin_name, (None, None))
         for cls in classes or ():
             entry = cls() if isinstance(cls, type) else cls

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import signal
 import subprocess
 import sys
 import textwrap
@@ -266,6 +267,70 @@ def test_a_ctrl_c_while_a_plugin_loads_stops_the_command_instead_of_skipping_the
                         lambda **kw: list(real(**kw)) + [_EntryPoint()] if kw.get("group") == "replaybuf" else real(**kw))
     with pytest.raises(KeyboardInterrupt):
         registry.get_plugin_manager()
+
+
+def _load_swallowing_an_interrupt(then_raise: bool):
+    """A plugin module's import that a real Ctrl-C lands in, and that swallows it: numba's C
+    extension prints the interrupt and raises ``ImportError`` with no cause or context (a CI run of
+    the Ctrl-C test hit this), or a module catches it and goes on."""
+    caught = False
+    try:
+        signal.raise_signal(signal.SIGINT)  # through the installed handler, as a real Ctrl-C
+    except KeyboardInterrupt:
+        caught = True
+    assert caught
+    if then_raise:
+        raise ImportError("numba._devicearray failed to import")  # outside the except: no chain
+    return types.ModuleType("swallowing_plugin")
+
+
+@pytest.mark.parametrize("then_raise", [True, False], ids=["unchained-import-error", "import-goes-on"])
+def test_a_ctrl_c_a_plugin_import_swallows_still_stops_the_command(fresh_registry, monkeypatch, then_raise):
+    class _EntryPoint:
+        name, value, dist = "swallowing_plugin", "swallowing_plugin:module", None
+
+        def load(self):
+            return _load_swallowing_an_interrupt(then_raise)
+
+    registry.reload_backends()
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda **kw: list(real(**kw)) + [_EntryPoint()] if kw.get("group") == "replaybuf" else real(**kw))
+    handler = signal.getsignal(signal.SIGINT)
+    assert handler is signal.default_int_handler  # pytest's own; the test needs a handler that raises
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # skipped-as-broken would be a warning
+        with pytest.raises(KeyboardInterrupt):
+            registry.get_plugin_manager()
+    assert signal.getsignal(signal.SIGINT) is handler  # the wrapper is removed again
+
+
+def test_a_sigterm_interrupt_keeps_its_type_and_a_hook_swallowing_one_still_stops(fresh_registry):
+    """The CLI turns SIGTERM into a KeyboardInterrupt subclass (exit 143, not 130): a swallowed one is
+    raised again with its own type; also when a plugin's hook (not its import) swallows it."""
+    pm = fresh_registry
+
+    class Terminated(KeyboardInterrupt):
+        pass
+
+    def on_term(signum, frame):
+        raise Terminated()
+
+    def hook():
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except KeyboardInterrupt:
+            pass
+        raise ImportError("failed to import")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        pm.register(_plugin("terminated_hook", hook), name="terminated_hook")
+        with pytest.raises(Terminated):
+            list(registry.list_backends())
+        assert signal.getsignal(signal.SIGTERM) is on_term
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_plugin_returning_junk_or_duplicate_warns(fresh_registry):

@@ -15,6 +15,10 @@ Capabilities a backend may declare in :attr:`StorageBackend.capabilities`:
 ``"batched_read"`` ``read_ranges`` serves many row ranges with one read per chunk touched
 ``"versions"``     a third group ``"versions"`` (created on first use) holds older versions' undos
 ``"rows_at"``      ``read_rows`` and ``read_rows_async`` take ``at=`` (see there)
+``"rows_convert"`` ``read_rows`` and ``read_rows_async`` of camera frames (uint8 ``(T, H, W, C)``) take
+                   ``convert=`` (a :class:`~replaybuf_core.layout.frame_convert.FrameConversion`):
+                   ``out`` has the converted step shape and dtype, each frame converted as it is
+                   decoded (elsewhere the buffer gathers uint8 frames, then converts them)
 
 Optional methods, called only when present (``getattr(store, name, None)``):
 
@@ -126,8 +130,10 @@ CAP_VERSIONS = "versions"
 VERSIONS_GROUP = "versions"
 #: ``read_rows`` / ``read_rows_async`` take ``at=``: the rows land in the rows of ``out`` it names
 CAP_ROWS_AT = "rows_at"
+#: ``read_rows`` / ``read_rows_async`` of camera frames take ``convert=`` (a ``FrameConversion``)
+CAP_ROWS_CONVERT = "rows_convert"
 KNOWN_CAPABILITIES = frozenset({CAP_CHUNKS, CAP_CODECS, CAP_SHARDS, CAP_PERSISTENT, CAP_BATCHED_READ, CAP_VERSIONS,
-                                CAP_ROWS_AT})
+                                CAP_ROWS_AT, CAP_ROWS_CONVERT})
 
 
 @runtime_checkable
@@ -306,11 +312,16 @@ def distinct(values: np.ndarray) -> bool:
 
 
 def read_rows_via_ranges(store: StorageBackend, group: str, name: str, rows: np.ndarray,
-                         out: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
+                         out: np.ndarray, at: np.ndarray | None = None, convert: Any = None) -> np.ndarray:
     """Gather ``rows`` (int array, any shape, in range) of ``group/name`` into ``out`` through
     ``read_ranges``: the distinct rows are read as runs of consecutive rows, then indexed.  ``at``
-    (int (n,)): row ``i`` of ``rows`` goes to ``out[at[i]]`` (see ``"rows_at"``)."""
+    (int (n,)): row ``i`` of ``rows`` goes to ``out[at[i]]`` (see ``"rows_at"``); ``convert``
+    (a ``FrameConversion``): the frames gathered as stored, then converted into ``out`` (see
+    ``"rows_convert"``)."""
     rows = np.asarray(rows, dtype=np.int64)
+    if convert is not None:
+        staged = np.empty(rows.shape + tuple(store.shape(group, name)[1:]), store.dtype(group, name))
+        return convert.convert_rows(read_rows_via_ranges(store, group, name, rows, staged), out, at)
     if rows.size == 0:
         return out
     if at is not None:

@@ -25,6 +25,7 @@ from replaybuf_core.protocol import (
     CAP_CODECS,
     CAP_PERSISTENT,
     CAP_ROWS_AT,
+    CAP_ROWS_CONVERT,
     CAP_SHARDS,
     CAP_VERSIONS,
     GROUPS,
@@ -81,7 +82,7 @@ class ZarrBackend(StoredBytes):
             caps.add(CAP_SHARDS)
         if local_root(root.store) is not None or type(root.store).__name__ in ("ZipStore", "FsspecStore"):
             caps.add(CAP_PERSISTENT)
-        caps.update((CAP_BATCHED_READ, CAP_ROWS_AT))
+        caps.update((CAP_BATCHED_READ, CAP_ROWS_AT, CAP_ROWS_CONVERT))
         if root.metadata.zarr_format == 3:
             caps.add(CAP_VERSIONS)
         self.capabilities = frozenset(caps)
@@ -503,22 +504,20 @@ class ZarrBackend(StoredBytes):
         self._settle((group, name))
         return missing_objects(self.get_array(group, name), f"{group}/{name}", rows)
 
-    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None):
-        """Gather ``rows`` (int array of any shape) into ``out`` (row ``i`` into ``out[at[i]]``: ``"rows_at"``):
-        the fast reader decodes each chunk touched once; other layouts go through zarr-python."""
-        return self.read_rows_async(group, name, rows, out, at).result()
+    def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray, at=None, convert=None):
+        """Gather ``rows`` (int array of any shape) into ``out`` (``at``: ``"rows_at"``; ``convert``:
+        ``"rows_convert"``): the fast reader decodes each chunk touched once; else zarr-python."""
+        return self.read_rows_async(group, name, rows, out, at, convert).result()
 
-    def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
-                        at: np.ndarray | None = None) -> Any:
-        """Optional protocol method: start :meth:`read_rows`; returns an object whose ``result()``
-        completes the read and returns ``out``.  Many chunks to decode: pool helpers start now and
-        ``result()`` joins them; otherwise the read is done before returning."""
+    def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray, at=None, convert=None) -> Any:
+        """Optional protocol method: start :meth:`read_rows`; ``result()`` of what it returns completes
+        the read and returns ``out`` (many chunks to decode: pool helpers start now, ``result()`` joins)."""
         if self._pending and np.size(rows):
             self._settle((group, name), int(np.min(rows)), int(np.max(rows)) + 1)
         reader = self._reader(group, name)
         if reader is not None:
-            return reader.read_rows_async(rows, out, at)
-        return RowsRead(value=read_rows_via_ranges(self, group, name, rows, out, at))
+            return reader.read_rows_async(rows, out, at, convert)
+        return RowsRead(value=read_rows_via_ranges(self, group, name, rows, out, at, convert))
 
     def read_rows_resized(self, group: str, name: str, rows: np.ndarray, out: np.ndarray, fr: Any) -> np.ndarray | None:
         """Optional protocol method: :meth:`read_rows` of camera frames cropped and resized as ``fr``

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from replaybuf_core.layout.frame_convert import convert_rows
 from replaybuf_core.protocol import Pending
 
 from .pool import _CPUS, SharedMap, parallel_map
@@ -64,12 +65,22 @@ class RowGather:
         instead, ``out`` of shape ``(m,) + rows.shape[1:] + shape[1:]``."""
         return self.read_rows_async(rows, out, at).result()
 
-    def read_rows_async(self, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None) -> RowsRead:
+    def read_rows_async(self, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None,
+                        convert: Any = None) -> RowsRead:
         """Start :meth:`read_rows`: when many chunks must be decoded, pool helpers start decoding now
         and ``result()`` of the returned :class:`RowsRead` joins them (decoding what is left on the
-        calling thread), fills ``out`` and returns it.  Leave ``out`` alone until then."""
+        calling thread), fills ``out`` and returns it.  Leave ``out`` alone until then.
+
+        ``convert`` (camera frames, uint8 ``(T, H, W, C)``): a
+        :class:`~replaybuf_core.layout.frame_convert.FrameConversion`; ``out`` (C-contiguous) then
+        has its converted step shape and dtype, and each frame is converted by the thread that
+        decoded it, while it is in cache (the ``"rows_convert"`` capability)."""
         rows = np.asarray(rows, dtype=np.int64)
         simple = self._inner_coords == [()] or all(g == 1 for g in self._inner_grid)
+        if convert is not None and (rows.size == 0 or self._pinned is not None or not simple or len(self.shape) != 4
+                                    or not out.flags.c_contiguous):
+            staged = self.read_rows_async(rows, np.empty(rows.shape + tuple(self.shape[1:]), self.dtype))
+            return RowsRead(finish=lambda: convert_rows(staged.result(), out, convert, at))
         if rows.size == 0 or self._pinned is not None or not simple:
             return RowsRead(value=self._read_rows_other(rows, out, at))
         c0 = self.chunk_shape[0]
@@ -95,8 +106,8 @@ class RowGather:
             got.update(self.chunks(missing))
             for c, offsets in partial.items():
                 parts[c] = (offsets, self._fetch_and_decode_rows(c, offsets))
-            return RowsRead(value=self._scatter(rows, t, uniq, got, out, parts, at))
-        plan = _Plan(self, rows, t, uniq, out, at)
+            return RowsRead(value=self._scatter(rows, t, uniq, got, out, parts, at, convert))
+        plan = _Plan(self, rows, t, uniq, out, at, convert)
 
         def decode(item: tuple) -> np.ndarray:  # on a pool helper or the joining thread
             c, offsets = item
@@ -166,11 +177,11 @@ class RowGather:
         return read_rows_via_ranges(_ReaderAsStore(self), "data", "", rows, out)
 
     def _scatter(self, rows: np.ndarray, t: np.ndarray, uniq: np.ndarray, got: dict, out: np.ndarray,
-                 parts: dict | None = None, at: np.ndarray | None = None) -> np.ndarray:
+                 parts: dict | None = None, at: np.ndarray | None = None, convert: Any = None) -> np.ndarray:
         """Copy each row from its decoded chunk (``got``: chunk coordinates → chunk; ``parts``: chunk
         coordinates → (offsets, the rows at those places) for chunks decoded in part) into ``out``
-        (row ``i`` of ``rows`` into ``out[at[i]]`` when ``at`` is given)."""
-        plan = _Plan(self, rows, t, uniq, out, at)
+        (row ``i`` of ``rows`` into ``out[at[i]]`` when ``at`` is given; converted by ``convert``)."""
+        plan = _Plan(self, rows, t, uniq, out, at, convert)
         inner = self._inner_coords[0]
         for u in uniq.tolist():
             part = parts.get((u,) + inner) if parts else None
@@ -182,12 +193,14 @@ class RowGather:
 
 
 class _Plan:
-    """Where the rows of a gather go, chunk by chunk: :meth:`place` copies one decoded chunk's rows
-    into ``out`` (the chunks' rows land in disjoint places, so threads may place chunks at once)."""
+    """Where the rows of a gather go, chunk by chunk: :meth:`place` copies (or with ``convert``
+    converts) one decoded chunk's rows into ``out`` (the chunks' rows land in disjoint places, so
+    threads may place chunks at once)."""
 
     def __init__(self, reader: RowGather, rows: np.ndarray, t: np.ndarray, uniq: np.ndarray, out: np.ndarray,
-                 at: np.ndarray | None):
+                 at: np.ndarray | None, convert: Any = None):
         self._out = out
+        self._convert = convert
         c0 = reader.chunk_shape[0]
         shape, chunk_shape = reader.shape, reader.chunk_shape
         self._cut = ((slice(None),) + tuple(slice(0, s) for s in shape[1:])
@@ -196,6 +209,9 @@ class _Plan:
         index = np.unravel_index(np.arange(flat_rows.size), rows.shape)
         if at is not None:
             index = (np.asarray(at, dtype=np.int64)[index[0]],) + index[1:]
+        if convert is not None:  # one place a frame in out seen as (frames, *converted frame)
+            self._flat = out.reshape((-1,) + out.shape[out.ndim - 3:])
+            index = (np.ravel_multi_index(index, out.shape[:out.ndim - 3]),)
         # large rows (camera frames): each copied straight into place, no gathered temporary
         self._per_row = c0 == 1 or (out[(0,) * rows.ndim].nbytes >= ROW_COPY_BYTES if out.size else False)
         order = np.argsort(t, kind="stable")
@@ -215,7 +231,9 @@ class _Plan:
             src = src[self._cut]
         at = local if offsets is None else np.searchsorted(offsets, local)
         out = self._out
-        if self._per_row:
+        if self._convert is not None:
+            self._convert.take(np.ascontiguousarray(src), at, self._flat, index[0])
+        elif self._per_row:
             for pos, a in zip(zip(*(ix.tolist() for ix in index)), at.tolist()):
                 out[pos] = src[a]
         else:

@@ -209,6 +209,8 @@ class WindowSampler:
         self.buffer = buffer
         self.arena = OutputArena()  # batch outputs reused once their holders drop them (arena.py)
         cameras = {k: tuple(buffer[k].shape) for k in frame_keys(buffer, keys)}
+        self.cameras: tuple[str, ...] = tuple(cameras)
+        """The sampled keys holding camera frames (uint8 ``(T, H, W, C)``): those ``convert`` may name."""
         self.resize: dict[str, FrameResize] = parse_resize(resize, crop, cameras)
         """``{camera key: FrameResize}`` of the keys read at reduced resolution."""
         self.keys: list[str] = keys
@@ -230,6 +232,21 @@ class WindowSampler:
                 f"pad_before={self.pad_before}, pad_after={self.pad_after}, pad_mode={self.pad_mode!r}, "
                 f"keys={self.keys})")
 
+    def sample_shape(self, key: str, convert: Any = None) -> tuple[int, ...]:
+        """The shape of ``key`` in one sample: ``(n_key, *step)`` for a key with offsets, else the
+        step shape; a resized camera's step is ``(H, W, C)`` of its ``resize``, a converted one's
+        ``convert.step_shape`` of that.  Raises KeyError for a key not sampled."""
+        if key not in self.keys:
+            raise KeyError(f"{key!r} is not a sampled key (keys: {self.keys})")
+        fr = self.resize.get(key)
+        step = tuple(self.buffer[key].shape[1:])
+        if fr is not None:
+            step = (fr.height, fr.width) + step[2:]
+        if convert is not None:
+            step = convert.step_shape(step)
+        d = self.delta_steps.get(key)
+        return step if d is None else (len(d),) + step
+
     def locate(self, indices) -> dict[str, np.ndarray]:
         """Where samples sit: ``{"episode_index", "frame_index", "index"}``, int64 (B,) each — the
         episode, the anchor's step within it and its buffer step.  Under LeRobot's rule the anchor
@@ -241,7 +258,8 @@ class WindowSampler:
         episode, t = wi.locate(wi.normalize(indices))
         return {"episode_index": episode, "frame_index": t, "index": wi.episode_start[episode] + t}
 
-    def sample_batch(self, indices, out: Mapping[str, np.ndarray] | None = None, at=None) -> dict[str, np.ndarray]:
+    def sample_batch(self, indices, out: Mapping[str, np.ndarray] | None = None, at=None,
+                     convert: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         """Samples ``indices`` at once: one batched ``read_rows`` per key, every key started before
         any is finished (a chunked backend decodes one key while this thread gathers another).
 
@@ -253,6 +271,11 @@ class WindowSampler:
                 ``M``, shape ``(M, ...)``): sample ``i`` is written to row ``at[i]`` of each — a
                 mixture reads a store's share of a batch straight into the batch's rows.  Keys
                 not in ``out`` come back as (B, ...) arrays as without ``at``.
+            convert: ``{camera key: FrameConversion}``
+                (:class:`~replaybuf_core.layout.frame_convert.FrameConversion`): those keys come back
+                channels-first and/or float32 ``x / 255`` (torch's ``x.float() / 255`` bit for bit),
+                each frame converted as it is decoded where the backend can (``"rows_convert"``);
+                their ``out`` arrays, when given, are of the converted shape and dtype, C-contiguous.
 
         Returns:
             ``{key: (B, n_key, *step) or (B, *step), "<key>_is_pad": bool (B, n_key)}`` (the ``out``
@@ -261,11 +284,13 @@ class WindowSampler:
         Raises:
             IndexError: an index outside ``[-len, len)``, an ``at`` outside ``out``.
             TypeError: non-integer indices.  ValueError: more than one dimension; ``out`` of the wrong
-            shape or dtype; ``at`` of another length than ``indices`` or naming a row twice.
+            shape or dtype; ``at`` of another length than ``indices`` or naming a row twice; a
+            ``convert`` key that is not one of :attr:`cameras`.
         """
-        return self.sample_batch_async(indices, out, at).result()
+        return self.sample_batch_async(indices, out, at, convert).result()
 
-    def sample_batch_async(self, indices, out: Mapping[str, np.ndarray] | None = None, at=None) -> "PendingBatch":
+    def sample_batch_async(self, indices, out: Mapping[str, np.ndarray] | None = None, at=None,
+                           convert: Mapping[str, Any] | None = None) -> "PendingBatch":
         """Start :meth:`sample_batch`: every key's read is started (a chunked backend's pool helpers
         decode camera frames meanwhile) and ``result()`` of the returned :class:`PendingBatch`
         finishes them and returns the batch.  A mixture starts each store's share of a batch before
@@ -274,6 +299,11 @@ class WindowSampler:
         ``result()`` (a failed read)."""
         wi = self.window_index
         out_arrays = out
+        convert = dict(convert or {})
+        wrong = [k for k in convert if k not in self.cameras]
+        if wrong:
+            raise ValueError(f"convert names {wrong}, which are not sampled camera keys (uint8 (T, H, W, C)); "
+                             f"those are {list(self.cameras)}")
         episode, t = wi.locate(wi.normalize(indices))
         if at is not None:
             at = np.asarray(at)
@@ -296,9 +326,11 @@ class WindowSampler:
             dtype = _sample_dtype(arr.dtype)
             fr = self.resize.get(key)
             step = tuple(arr.shape[1:]) if fr is None else (fr.height, fr.width) + tuple(arr.shape[3:])
+            size = {} if fr is None else {"resize": fr}
+            if key in convert:
+                step, dtype, size["convert"] = convert[key].step_shape(step), convert[key].dtype, convert[key]
             shape = rows.shape + step
             out = None if not out_arrays else out_arrays.get(key)
-            size = {} if fr is None else {"resize": fr}
             if out is None:
                 out = self.arena.empty(shape, dtype)  # reused once nobody holds it
             elif at is not None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from replaybuf_core.errors import CapabilityError
 from replaybuf_core.layout.frames import is_frames
-from replaybuf_core.protocol import CAP_ROWS_AT, Pending, distinct, read_rows_via_ranges
+from replaybuf_core.protocol import CAP_ROWS_AT, CAP_ROWS_CONVERT, Pending, distinct, read_rows_via_ranges
 
 from .buffer_checks import _check_index
 
@@ -80,7 +80,7 @@ class StepReading:
         return self._store.read_ranges("data", key, starts, stops)
 
     def read_rows(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source",
-                  resize: Any = None, at=None) -> np.ndarray:
+                  resize: Any = None, at=None, convert: Any = None) -> np.ndarray:
         """Gather steps ``rows`` (int array of any shape) of data ``key``: returns an array of shape
         ``rows.shape + step shape`` (into ``out`` when given — it may be a strided view, of any dtype
         the values cast to; else a new array of :meth:`dtype_of` ``(key, dtypes)``), decoding
@@ -97,21 +97,30 @@ class StepReading:
         conversion: the backend's optional ``read_rows_resized``; else full frames resized by
         Pillow), step shape ``(height, width[, C])``; close to, not bit for bit, resizing full frames.
 
+        ``convert`` (camera keys, uint8 ``(T, H, W, C)`` stored): a
+        :class:`~replaybuf_core.layout.frame_convert.FrameConversion` — the frames come back
+        channels-first and/or float32 ``x / 255`` (bit for bit torch's ``x.float() / 255``; ``dtypes``
+        is then not used), each converted as it is decoded on backends with ``"rows_convert"`` (zarr),
+        else gathered as uint8 and converted after.  ``out``, when given, must be C-contiguous.
+
         Raises:
             KeyError: unknown key.  IndexError: a row outside ``[0, n_steps)``, or an ``at`` outside
-            ``out``.  ValueError: ``out`` of the wrong shape, ``at`` not one distinct place a row or
-            without ``out``; ``resize`` of a key that is not camera frames, not positive, larger than
+            ``out``.  ValueError: ``out`` of the wrong shape (or dtype, or not C-contiguous, with
+            ``convert``), ``at`` not one distinct place a row or without ``out``; ``resize`` or
+            ``convert`` of a key that is not camera frames, a ``resize`` not positive, larger than
             the frame or crop, or a crop outside the frame (naming the key).
         """
-        return self.read_rows_async(key, rows, out, dtypes, resize, at).result()
+        return self.read_rows_async(key, rows, out, dtypes, resize, at, convert).result()
 
     def read_rows_async(self, key: str, rows, out: np.ndarray | None = None, dtypes: str = "source",
-                        resize: Any = None, at=None) -> Any:
+                        resize: Any = None, at=None, convert: Any = None) -> Any:
         """Start :meth:`read_rows`: returns an object whose ``result()`` completes the read and
         returns the filled array.  On backends with ``read_rows_async`` (zarr) thread-pool helpers
         start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
         join in; elsewhere (and with ``resize``) the read is done before returning.  Leave ``out``
         alone until ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
+        if convert is not None:
+            return self._read_rows_converted(key, rows, out, resize, at, convert)
         done: Future = Future()
         if at is not None:
             rows, at = self._checked_at(key, rows, out, at, resize is None)
@@ -135,6 +144,42 @@ class StepReading:
         done.set_result(gather("data", key, rows, out) if gather is not None
                         else read_rows_via_ranges(self._store, "data", key, rows, out))
         return done
+
+    def _read_rows_converted(self, key: str, rows, out: np.ndarray | None, resize: Any, at, convert: Any) -> Any:
+        """:meth:`read_rows_async` with ``convert`` (see :meth:`read_rows`)."""
+        if key not in self:
+            raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
+        shape = tuple(self._store.shape("data", key))
+        if len(shape) != 4 or not is_frames(shape, self._store.dtype("data", key)):
+            raise ValueError(f"convert: data key {key!r} is not camera frames (uint8 (T, H, W, C)): {shape}")
+        if resize is not None:
+            from replaybuf_core.layout.frame_resize import FrameResize
+
+            fr = resize if isinstance(resize, FrameResize) else FrameResize(*_pair(key, resize))
+            fr.check(key, shape[1], shape[2])
+            step = (fr.height, fr.width, shape[3])
+        else:
+            step = shape[1:]
+        rows = self._checked_rows(rows)
+        if at is not None:
+            rows, at = self._checked_at(key, rows, out, at, False)
+        want = (rows.shape if at is None else (out.shape[0],) + rows.shape[1:]) + convert.step_shape(step)
+        if out is None:
+            out = np.empty(want, dtype=convert.dtype)
+        elif out.shape != want or out.dtype != convert.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out is {out.dtype} {out.shape}{'' if out.flags.c_contiguous else ' (not C-contiguous)'}; "
+                             f"reading {key!r} converted needs C-contiguous {convert.dtype} {want}")
+        caps = getattr(self._store, "capabilities", ())
+        if resize is None and CAP_ROWS_CONVERT in caps and (at is None or CAP_ROWS_AT in caps):
+            extra = {"convert": convert} if at is None else {"convert": convert, "at": at}
+            start = getattr(self._store, "read_rows_async", None)
+            if start is not None:
+                return start("data", key, rows, out, **extra)
+            done: Future = Future()
+            done.set_result(self._store.read_rows("data", key, rows, out, **extra))
+            return done
+        staged = self.read_rows_async(key, rows, np.empty(rows.shape + step, np.uint8), "stored", resize)
+        return Pending(lambda: convert.convert_rows(staged.result(), out, at))
 
     def _read_rows_resized(self, key: str, rows, out: np.ndarray | None, dtypes: str, resize: Any) -> np.ndarray:
         """:meth:`read_rows` with ``resize`` (see there)."""

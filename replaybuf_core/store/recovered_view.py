@@ -174,15 +174,15 @@ class RecoveredView:
         return self._inner.read_ranges(group, self._name(group, name), starts, stops)
 
     def read_rows(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
-                  at: np.ndarray | None = None) -> np.ndarray:
+                  at: np.ndarray | None = None, convert: Any = None) -> np.ndarray:
         self._check_rows(group, name, rows)
         inner = getattr(self._inner, "read_rows", None)
         if inner is not None:
-            return inner(group, self._name(group, name), rows, out, **({} if at is None else {"at": at}))
-        return read_rows_via_ranges(self, group, name, rows, out, at)
+            return inner(group, self._name(group, name), rows, out, **_extra(at, convert))
+        return read_rows_via_ranges(self, group, name, rows, out, at, convert)
 
     def read_rows_async(self, group: str, name: str, rows: np.ndarray, out: np.ndarray,
-                        at: np.ndarray | None = None) -> Any:
+                        at: np.ndarray | None = None, convert: Any = None) -> Any:
         """The wrapped store's ``read_rows_async`` (``result()`` returns ``out``) of the committed
         rows under the array's recovered name; a completed read where it has none."""
         self._check_rows(group, name, rows)
@@ -191,9 +191,9 @@ class RecoveredView:
             from concurrent.futures import Future
 
             done: Future = Future()
-            done.set_result(self.read_rows(group, name, rows, out, at))
+            done.set_result(self.read_rows(group, name, rows, out, at, convert))
             return done
-        return inner(group, self._name(group, name), rows, out, **({} if at is None else {"at": at}))
+        return inner(group, self._name(group, name), rows, out, **_extra(at, convert))
 
     def _check_rows(self, group: str, name: str, rows: np.ndarray) -> None:
         n = self._limits.get((group, name))
@@ -209,3 +209,9 @@ class RecoveredView:
         memory = pinned(group, self._name(group, name)) if pinned is not None else None
         n = self._limits.get((group, name))
         return memory if memory is None or n is None else memory[:n]
+
+
+def _extra(at: Any, convert: Any) -> dict[str, Any]:
+    """The optional arguments of a row read that were given (a backend without ``"rows_at"`` /
+    ``"rows_convert"`` is never handed them)."""
+    return {k: v for k, v in (("at", at), ("convert", convert)) if v is not None}

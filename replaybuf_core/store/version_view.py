@@ -111,7 +111,7 @@ class VersionView:
         self._meta: dict[str, tuple[str, str, bool]] = {}
         self._pinned: dict[tuple[str, str], np.ndarray] = {}
         self.name = store.name
-        self.capabilities = frozenset(c for c in store.capabilities if c not in ("batched_read", "rows_at"))
+        self.capabilities = frozenset(c for c in store.capabilities if c not in ("batched_read", "rows_at", "rows_convert"))
 
     # -- what is passed through ------------------------------------------------------------------
     @property

@@ -17,7 +17,7 @@ from replaybuf_core.layout.frames import frame_keys
 from replaybuf_core.sampling.sampler import SequenceSampler
 from replaybuf_core.sampling.window_sampler import WindowSampler
 from replaybuf_core.torch.batch import Batch, convert_images, to_torch
-from replaybuf_core.torch.images import warm_kernels
+from replaybuf_core.torch.images import sample_converted, warm_kernels
 from replaybuf_core.torch.opening import LazyStore
 
 __all__ = ["SequenceDataset", "WindowDataset"]
@@ -60,10 +60,14 @@ class _BatchedDataset(LazyStore, torch.utils.data.Dataset):
         return self._finish(self.sampler[idx])
 
     def __getitems__(self, indices: Sequence[int]) -> Batch:
-        """Samples ``indices`` read with one ``sample_batch``, as a :class:`Batch` (used by DataLoader)."""
+        """Samples ``indices`` read with one ``sample_batch`` (camera frames converted as they are
+        decoded: :func:`~replaybuf_core.torch.images.sample_converted`), as a :class:`Batch` (used by
+        DataLoader)."""
         idx = np.asarray(list(indices), dtype=np.int64)
         in_worker = torch.utils.data.get_worker_info() is not None  # a worker's batch goes to shared memory
-        return Batch(self._finish(self.sampler.sample_batch(idx), shared=in_worker), len(idx))
+        arrays = sample_converted(self.sampler, idx, self._images(), self.channels_first, self.float_images,
+                                  shared=in_worker)
+        return Batch(to_torch(arrays), len(idx))
 
 
 class SequenceDataset(_BatchedDataset):

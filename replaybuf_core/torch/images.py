@@ -1,13 +1,10 @@
 """Camera frames of a batch converted once per batch: uint8 (..., H, W, C) to channels-first and/or
 float32 in [0, 1] — LeRobot's sample format (``x.float() / 255``, (C, H, W)).
 
-The float conversion of a batch of natural frames is most of what is left after decoding (two
-640×480 frames a sample: 1.8 M values, 7.4 MB of float32).  It is one pass per frame, compiled
-(numba, cached on disk): each output channel plane is written in order from the interleaved frame
-through a 256-entry table of ``float32(i) / float32(255)`` — exactly the quotient NumPy's and
-torch's float32 division give, no multiply-by-reciprocal rounding — instead of a strided transpose
-copy followed by a division pass (measured 0.38 against 0.61 ms a 640×480 frame, one thread).
-Outputs come from the caller's :class:`~replaybuf_core.sampling.arena.OutputArena` when given (a
+The kernels are :mod:`replaybuf_core.layout.frame_convert`'s (one compiled pass a frame, bit for
+bit ``x / 255``: 0.32 ms a 640×480 frame against 0.61 for a strided transpose copy and a division
+pass, one thread).  The datasets hand the conversion to the read where the backend can apply it as
+each frame is decoded (:func:`sample_converted`); what is left is converted here.  Outputs come from the caller's :class:`~replaybuf_core.sampling.arena.OutputArena` when given (a
 batch's pages are then not faulted in anew every batch), or from a worker's shared memory.
 Large batches are converted on one slab per core (the kernel releases the GIL).
 """
@@ -15,24 +12,43 @@ Large batches are converted on one slab per core (the kernel releases the GIL).
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 import numpy as np
 import torch
 
-from replaybuf_core.compiled import numba
+from replaybuf_core.layout.frame_convert import (FLOAT_OF_UINT8, PARALLEL_VALUES, FrameConversion, conversion_pool,
+                                                 convert_frames, take_converted)
+from replaybuf_core.layout.frame_convert import warm_kernels as _warm
 
-__all__ = ["convert_images", "converted_empty", "take_converted", "warm_kernels", "FLOAT_OF_UINT8"]
+__all__ = ["convert_images", "converted_empty", "sample_converted", "take_converted", "warm_kernels", "FLOAT_OF_UINT8"]
 
-#: ``float32(i) / float32(255)`` for every uint8 ``i``: the value a float32 division gives
-FLOAT_OF_UINT8 = np.arange(256, dtype=np.float32) / np.float32(255)
-FLOAT_OF_UINT8.flags.writeable = False
 
-#: arrays of at least this many values are converted on several threads
-PARALLEL_VALUES = 1 << 22
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
-
+def sample_converted(sampler: Any, indices: np.ndarray, keys: Iterable[str], channels_first: bool, to_float: bool,
+                     shared: bool = False) -> dict[str, Any]:
+    """``sampler.sample_batch(indices)`` with the image ``keys`` converted as :func:`convert_images`
+    converts them, bit for bit.  A sampler that knows its camera keys (``WindowSampler.cameras``)
+    has the read convert each frame as it is decoded (``sample_batch(convert=)``: no gathered uint8
+    batch, the frame still in cache), into shared memory in a DataLoader worker (``shared``); the
+    other keys are converted after the batch is read.  Raises what the two raise."""
+    keys = list(keys)
+    fused = [k for k in keys if k in getattr(sampler, "cameras", ())] if (channels_first or to_float) else []
+    arena = getattr(sampler, "arena", None)
+    if not fused:
+        arrays = sampler.sample_batch(indices)
+        convert_images(arrays, keys, channels_first, to_float, shared=shared, arena=arena)
+        return arrays
+    conversion = FrameConversion(bool(channels_first), bool(to_float))
+    values, out = {}, None
+    if shared:  # written straight into the tensors that cross to the main process
+        out = {}
+        for k in fused:
+            shape = (len(indices),) + sampler.sample_shape(k, conversion)
+            values[k], out[k] = _empty(shape, conversion.dtype, True, None)
+    arrays = sampler.sample_batch(indices, out=out, convert={k: conversion for k in fused})
+    arrays.update(values)
+    convert_images(arrays, [k for k in keys if k not in fused], channels_first, to_float, shared=shared, arena=arena)
+    return arrays
 
 def convert_images(batch: dict[str, np.ndarray], keys: Iterable[str], channels_first: bool,
                    to_float: bool, shared: bool = False, arena: Any = None) -> None:
@@ -76,44 +92,6 @@ def converted_empty(rows_shape: tuple[int, ...], frame_shape: tuple[int, ...], c
     return _empty(shape, np.float32 if to_float else np.uint8, shared, arena)
 
 
-def take_converted(src: np.ndarray, rows: np.ndarray, out: np.ndarray, at: np.ndarray, channels_first: bool,
-                   to_float: bool) -> None:
-    """``out[at[i]] = convert(src[rows[i]])``: frames gathered and converted as
-    :func:`convert_images` converts them, in one pass (no gathered uint8 batch in between).
-
-    ``src``: uint8 ``(N, H, W, C)`` frames, C-contiguous; ``rows``, ``at``: int64 ``(M,)`` — which
-    frame of ``src``, and where in ``out`` (``(K, C, H, W)`` with ``channels_first`` else
-    ``(K, H, W, C)``; float32 ``x / 255`` bit for bit with ``to_float``, else uint8), e.g. a view
-    from :func:`converted_empty` reshaped to one frame a row.
-
-    Raises:
-        ValueError: ``src`` is not uint8 ``(N, H, W, C)``; ``rows`` outside ``src`` or ``at`` outside
-            ``out``.
-    """
-    if src.dtype != np.uint8 or src.ndim != 4 or not src.flags.c_contiguous:
-        raise ValueError(f"take_converted: frames must be C-contiguous uint8 (N, H, W, C), got {src.dtype} {src.shape}")
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    at = np.ascontiguousarray(at, dtype=np.int64)
-    if rows.shape != at.shape or rows.ndim != 1:
-        raise ValueError(f"take_converted: rows {rows.shape} and at {at.shape} must be one-dimensional and alike")
-    if rows.size and (rows.min() < 0 or rows.max() >= len(src) or at.min() < 0 or at.max() >= len(out)):
-        raise ValueError(f"take_converted: rows outside the {len(src)} frames or places outside the {len(out)} outputs")
-    if not to_float:
-        for r, i in zip(rows.tolist(), at.tolist()):
-            np.copyto(out[i], np.moveaxis(src[r], -1, 0) if channels_first else src[r])
-        return
-    kernel = _take_chw_float if channels_first else _take_hwc_float
-    n = min(os.cpu_count() or 1, rows.size)
-    if rows.size * int(np.prod(src.shape[1:])) < PARALLEL_VALUES or n < 2:
-        kernel(src, rows, at, out, FLOAT_OF_UINT8)
-        return
-    bounds = np.linspace(0, rows.size, n + 1).astype(int)
-    futures = [_pool().submit(kernel, src, rows[a:b], at[a:b], out, FLOAT_OF_UINT8)
-               for a, b in zip(bounds[:-1], bounds[1:])]
-    for f in futures:
-        f.result()
-
-
 def _empty(shape: tuple[int, ...], dtype: Any, shared: bool, arena: Any) -> tuple[Any, np.ndarray]:
     """(the value to store, a NumPy view to write it through): an array (from ``arena`` when given),
     or a shared-memory tensor and its view."""
@@ -124,14 +102,6 @@ def _empty(shape: tuple[int, ...], dtype: Any, shared: bool, arena: Any) -> tupl
     return out, out
 
 
-def _pool() -> ThreadPoolExecutor:
-    """This process's conversion threads (a new pool after a fork: threads do not survive it)."""
-    global _POOL
-    if _POOL is None or _POOL[0] != os.getpid():
-        _POOL = (os.getpid(), ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="replaybuf-float"))
-    return _POOL[1]
-
-
 def _convert(x: np.ndarray, out: np.ndarray, channels_first: bool, to_float: bool) -> None:
     """``out`` (C-contiguous) from the C-contiguous frames ``x``, in slabs of frames on the conversion
     threads when large."""
@@ -139,21 +109,13 @@ def _convert(x: np.ndarray, out: np.ndarray, channels_first: bool, to_float: boo
     outs = out.reshape((-1,) + out.shape[-3:])
     n = min(os.cpu_count() or 1, len(frames))
     if x.size < PARALLEL_VALUES or n < 2:
-        _convert_frames(frames, outs, channels_first, to_float)
+        convert_frames(frames, outs, channels_first, to_float)
         return
     bounds = np.linspace(0, len(frames), n + 1).astype(int)
-    futures = [_pool().submit(_convert_frames, frames[a:b], outs[a:b], channels_first, to_float)
+    futures = [conversion_pool().submit(convert_frames, frames[a:b], outs[a:b], channels_first, to_float)
                for a, b in zip(bounds[:-1], bounds[1:])]
     for f in futures:
         f.result()
-
-
-def _convert_frames(frames: np.ndarray, outs: np.ndarray, channels_first: bool, to_float: bool) -> None:
-    if not to_float:  # channels first, uint8
-        np.copyto(outs, np.moveaxis(frames, -1, -3))
-    else:  # every frame to its own place: the gathering kernels with rows = places = 0..n-1
-        every = np.arange(len(frames), dtype=np.int64)
-        (_take_chw_float if channels_first else _take_hwc_float)(frames, every, every, outs, FLOAT_OF_UINT8)
 
 
 _WARM_PID: list[int | None] = [None]
@@ -167,32 +129,5 @@ def warm_kernels() -> None:
     until it is loaded (:mod:`replaybuf_core.compiled` keeps numba's compiler lock across a fork)."""
     if _WARM_PID[0] == os.getpid():
         return
-    frame, out = np.zeros((1, 1, 1, 3), np.uint8), np.empty((1, 3, 1, 1), np.float32)
-    zero = np.zeros(1, np.int64)
-    _take_chw_float(frame, zero, zero, out, FLOAT_OF_UINT8)
-    _take_hwc_float(frame, zero, zero, out.reshape(1, 1, 1, 3), FLOAT_OF_UINT8)
+    _warm()
     _WARM_PID[0] = os.getpid()
-
-
-@numba.njit(nogil=True, cache=True)
-def _take_chw_float(frames, rows, at, outs, table):  # pragma: no cover - compiled
-    """``outs[at[i], c, h, w] = table[frames[rows[i], h, w, c]]``."""
-    _, height, width, channels = frames.shape
-    for i in range(rows.shape[0]):
-        r, o = rows[i], at[i]
-        for c in range(channels):
-            for h in range(height):
-                for w in range(width):
-                    outs[o, c, h, w] = table[frames[r, h, w, c]]
-
-
-@numba.njit(nogil=True, cache=True)
-def _take_hwc_float(frames, rows, at, outs, table):  # pragma: no cover - compiled
-    """``outs[at[i], h, w, c] = table[frames[rows[i], h, w, c]]``."""
-    _, height, width, channels = frames.shape
-    for i in range(rows.shape[0]):
-        r, o = rows[i], at[i]
-        for h in range(height):
-            for w in range(width):
-                for c in range(channels):
-                    outs[o, h, w, c] = table[frames[r, h, w, c]]

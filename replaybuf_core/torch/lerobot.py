@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from replaybuf_core.sampling.window_sampler import WindowSampler, delta_timestamps_to_steps
-from replaybuf_core.torch.batch import Batch, convert_images, to_torch
+from replaybuf_core.torch.batch import Batch, to_torch
+from replaybuf_core.torch.images import sample_converted
 from replaybuf_core.torch.datasets import _BatchedDataset, image_keys_of
 from replaybuf_core.torch.lerobot_meta import (EpisodeTable, LeRobotMeta, _episode_tasks, _store_episode_numbers,
                                                edited_since_import, episode_first_timestamps, renumbered)
@@ -273,7 +274,8 @@ class LeRobotDataset(_BatchedDataset):
     # ------------------------------------------------------------------ samples
     def _samples(self, idx: np.ndarray) -> dict[str, Any]:
         sampler = self.sampler
-        arrays = sampler.sample_batch(idx)
+        arrays = sample_converted(sampler, idx, self.image_keys, channels_first=True, to_float=not self.return_uint8,
+                                  shared=torch.utils.data.get_worker_info() is not None)  # a worker's batch: shared memory
         where = sampler.locate(idx)
         renumber = getattr(self, "_renumbered", False)
         edited = getattr(self, "_edited", False)
@@ -289,9 +291,6 @@ class LeRobotDataset(_BatchedDataset):
             ts = np.asarray(arrays["timestamp"], dtype=np.float64)
             origin = self._first_timestamps[where["episode_index"]]
             arrays["timestamp"] = (ts - origin.reshape(origin.shape + (1,) * (ts.ndim - 1))).astype(np.float32)
-        convert_images(arrays, self.image_keys, channels_first=True, to_float=not self.return_uint8,
-                       shared=torch.utils.data.get_worker_info() is not None,  # a worker's batch: shared memory
-                       arena=getattr(sampler, "arena", None))
         if "task_index" in arrays and self.meta.total_tasks:
             task_index = arrays["task_index"]
             if task_index.ndim > 1:  # stacked by delta_timestamps: the task is the anchor frame's

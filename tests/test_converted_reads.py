@@ -160,3 +160,16 @@ def test_the_zarr_backend_converts_as_it_decodes_without_a_gathered_uint8_batch(
     rows = np.array([[3, 4], [19, 0], [11, 12]])
     got = rb.read_rows("cam", rows, convert=FrameConversion(True, True))
     assert torch.equal(torch.from_numpy(got), _torch_converted(stored[rows], FrameConversion(True, True)))
+
+
+def test_resized_frames_are_converted_after_their_resize(store):
+    """``resize=`` with ``convert=``: the frames the resized read gives, converted (a resize is not
+    fused with the decode's conversion: it is read as uint8 first)."""
+    rb, stored, kind = store
+    sampler = WindowSampler(rb, {"cam": [-1, 0], "act": [0]}, resize=(12, 16))
+    conversion = FrameConversion(True, True)
+    idx = np.arange(len(sampler))
+    plain = sampler.sample_batch(idx)
+    got = sampler.sample_batch(idx, convert={"cam": conversion})
+    assert got["cam"].shape == (len(idx), 2, 3, 12, 16) == (len(idx),) + sampler.sample_shape("cam", conversion)
+    assert torch.equal(torch.from_numpy(got["cam"]), _torch_converted(plain["cam"], conversion))

@@ -62,14 +62,20 @@ def cpu_between(a: dict, b: dict) -> tuple[float, float]:
 def timed_batches(loader, warmup: int, batches: int, workers: int, count_key: str, who: str) -> tuple[dict, dict]:
     """Read ``loader`` as both readers do: the first batch (timed from ``iter(loader)``: worker start
     included), ``warmup - 1`` more, then ``batches`` timed ones between two CPU snapshots.  Returns
-    ``(the first batch, the measurement fields of the JSON)``; ``count_key``: a key whose length is a
-    batch's samples.  SystemExit (naming ``who``) when fewer than ``workers`` workers were alive."""
+    ``(first, the measurement fields of the JSON)``, ``first`` being the first batch's ``{key:
+    namespace(shape, dtype)}``; ``count_key``: a key whose length is a batch's samples.  SystemExit
+    (naming ``who``) when fewer than ``workers`` workers were alive."""
     import time
+    from types import SimpleNamespace
 
     t = time.perf_counter()
     it = iter(loader)
-    first = next(it)
+    batch = next(it)
     first_batch_s = time.perf_counter() - t
+    # only the shapes and dtypes are kept: a training loop does not hold its first batch for the
+    # whole run, and a held batch would keep one of a reader's reusable outputs taken throughout
+    first = {k: SimpleNamespace(shape=tuple(v.shape), dtype=v.dtype) for k, v in batch.items() if hasattr(v, "shape")}
+    del batch
     for _ in range(warmup - 1):
         next(it)
     samples = 0

@@ -147,8 +147,11 @@ def warm_kernels() -> None:
     kernel starts its compiler, ~0.2–0.5 s)."""
     frame, out = np.zeros((1, 1, 1, 3), np.uint8), np.empty((1, 3, 1, 1), np.float32)
     zero = np.zeros(1, np.int64)
-    _take_chw_float(frame, zero, zero, out, FLOAT_OF_UINT8)
-    _take_hwc_float(frame, zero, zero, out.reshape(1, 1, 1, 3), FLOAT_OF_UINT8)
+    cached = frame.copy()
+    cached.flags.writeable = False  # a decoded chunk from the reader's cache: numba's read-only variant
+    for src in (frame, cached):
+        _take_chw_float(src, zero, zero, out, FLOAT_OF_UINT8)
+        _take_hwc_float(src, zero, zero, out.reshape(1, 1, 1, 3), FLOAT_OF_UINT8)
 
 
 @numba.njit(nogil=True, cache=True)

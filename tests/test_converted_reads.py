@@ -173,3 +173,33 @@ def test_resized_frames_are_converted_after_their_resize(store):
     got = sampler.sample_batch(idx, convert={"cam": conversion})
     assert got["cam"].shape == (len(idx), 2, 3, 12, 16) == (len(idx),) + sampler.sample_shape("cam", conversion)
     assert torch.equal(torch.from_numpy(got["cam"]), _torch_converted(plain["cam"], conversion))
+
+
+def test_a_buffer_whose_reads_take_no_convert_is_converted_after_the_read(store):
+    """A duck-typed buffer (``read_rows`` without ``convert=``) under the datasets' helper: the
+    frames are read as uint8 and converted after, to the same values."""
+    from replaybuf_core.torch.images import sample_converted
+
+    rb, stored, kind = store
+
+    class Plain:
+        episode_ends = rb.episode_ends
+
+        def keys(self):
+            return rb.keys()
+
+        def __getitem__(self, key):
+            return rb[key]
+
+        def __contains__(self, key):
+            return key in rb
+
+        def read_rows(self, key, rows, out=None):
+            return rb.read_rows(key, rows, out=out)
+
+    sampler = WindowSampler(Plain(), {"cam": [-1, 0], "act": [0]})
+    assert not sampler.converts and WindowSampler(rb, {"cam": [0]}).converts
+    idx = np.arange(len(sampler))
+    got = sample_converted(sampler, idx, ["cam"], True, True)
+    want = _torch_converted(sampler.sample_batch(idx)["cam"], FrameConversion(True, True))
+    assert torch.equal(torch.from_numpy(got["cam"]), want)

@@ -211,6 +211,9 @@ class WindowSampler:
         cameras = {k: tuple(buffer[k].shape) for k in frame_keys(buffer, keys)}
         self.cameras: tuple[str, ...] = tuple(cameras)
         """The sampled keys holding camera frames (uint8 ``(T, H, W, C)``): those ``convert`` may name."""
+        self.converts: bool = _takes_convert(buffer)
+        """Whether the buffer's row reads take ``convert=`` (a ReplayBuffer's do; a duck-typed buffer's
+        may not): without it, ``sample_batch(convert=)`` fails with the buffer's TypeError."""
         self.resize: dict[str, FrameResize] = parse_resize(resize, crop, cameras)
         """``{camera key: FrameResize}`` of the keys read at reduced resolution."""
         self.keys: list[str] = keys
@@ -397,3 +400,22 @@ class PendingBatch(Pending):
         super().__init__(finish)
         #: int64 (B,): each sample's episode and anchor step in it (:meth:`WindowSampler.locate`), known at once
         self.episode_index, self.frame_index = episode_index, frame_index
+
+
+def _takes_convert(buffer: Any) -> bool:
+    """Whether ``buffer.read_rows`` (and ``read_rows_async``, when it has one) accept ``convert=``."""
+    import inspect
+
+    for name in ("read_rows", "read_rows_async"):
+        method = getattr(buffer, name, None)
+        if method is None:
+            if name == "read_rows":
+                return False
+            continue
+        try:
+            params = inspect.signature(method).parameters
+        except (TypeError, ValueError):
+            return False
+        if "convert" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return False
+    return True

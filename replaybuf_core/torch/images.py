@@ -27,12 +27,13 @@ __all__ = ["convert_images", "converted_empty", "sample_converted", "take_conver
 def sample_converted(sampler: Any, indices: np.ndarray, keys: Iterable[str], channels_first: bool, to_float: bool,
                      shared: bool = False) -> dict[str, Any]:
     """``sampler.sample_batch(indices)`` with the image ``keys`` converted as :func:`convert_images`
-    converts them, bit for bit.  A sampler that knows its camera keys (``WindowSampler.cameras``)
-    has the read convert each frame as it is decoded (``sample_batch(convert=)``: no gathered uint8
+    converts them, bit for bit.  A sampler that knows its camera keys (``WindowSampler.cameras``),
+    over a buffer whose reads take ``convert=`` (``WindowSampler.converts``), has the read convert each frame as it is decoded (``sample_batch(convert=)``: no gathered uint8
     batch, the frame still in cache), into shared memory in a DataLoader worker (``shared``); the
     other keys are converted after the batch is read.  Raises what the two raise."""
     keys = list(keys)
-    fused = [k for k in keys if k in getattr(sampler, "cameras", ())] if (channels_first or to_float) else []
+    fusing = (channels_first or to_float) and getattr(sampler, "converts", False)
+    fused = [k for k in keys if k in getattr(sampler, "cameras", ())] if fusing else []
     arena = getattr(sampler, "arena", None)
     if not fused:
         arrays = sampler.sample_batch(indices)

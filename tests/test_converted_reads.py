@@ -203,3 +203,37 @@ def test_a_buffer_whose_reads_take_no_convert_is_converted_after_the_read(store)
     got = sample_converted(sampler, idx, ["cam"], True, True)
     want = _torch_converted(sampler.sample_batch(idx)["cam"], FrameConversion(True, True))
     assert torch.equal(torch.from_numpy(got["cam"]), want)
+
+
+@pytest.mark.parametrize("convert", [None, FrameConversion(True, True)])
+@pytest.mark.parametrize("pad_mode", ["zero", "edge"])
+def test_a_batch_read_at_places_in_out_is_padded_at_those_places(store, pad_mode, convert):
+    """``sample_batch(out=, at=)`` (a mixture's share of a batch): sample ``i`` lands in
+    ``out[at[i]]``, its padding too — the zero padding used to be applied to the rows of ``out`` as if
+    ``at`` were ``0..B-1`` (an IndexError when ``out`` had more rows, real frames zeroed otherwise:
+    found by a break-it trial)."""
+    rb, stored, kind = store
+    sampler = WindowSampler(rb, {"cam": [-2, 0], "act": [0]}, pad_mode=pad_mode)
+    idx = np.arange(len(sampler))
+    alone = sampler.sample_batch(idx, convert=None if convert is None else {"cam": convert})
+    m = len(idx) + 3
+    at = np.random.default_rng(5).permutation(m)[:len(idx)]
+    shape = (m,) + alone["cam"].shape[1:]
+    out = {"cam": np.full(shape, 7, alone["cam"].dtype)}
+    got = sampler.sample_batch(idx, out=out, at=at, convert=None if convert is None else {"cam": convert})
+    assert got["cam"] is out["cam"] and alone["cam_is_pad"].any()
+    assert np.array_equal(out["cam"][at], alone["cam"])
+    assert (np.delete(out["cam"], at, axis=0) == 7).all()
+
+
+def test_convert_of_the_wrong_type_is_refused_naming_what_was_given(store):
+    rb, stored, kind = store
+    sampler = WindowSampler(rb, {"cam": [0], "act": [0]})
+    with pytest.raises(TypeError, match=r"reading 'cam'\) must be a FrameConversion, got bool"):
+        rb.read_rows("cam", [0], convert=True)
+    with pytest.raises(TypeError, match=r"FrameConversion objects; got \{'cam': 'bool'\}"):
+        sampler.sample_batch([0], convert={"cam": True})
+    with pytest.raises(TypeError, match=r"convert must be a dict"):
+        sampler.sample_batch([0], convert=["cam"])
+    with pytest.raises(ValueError, match=r"'act' is not a sampled camera key"):
+        sampler.sample_shape("act", FrameConversion(True, True))

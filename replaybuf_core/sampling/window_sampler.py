@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from replaybuf_core.layout.frame_convert import FrameConversion
 from replaybuf_core.layout.frame_resize import FrameResize, parse_resize
 from replaybuf_core.layout.frames import frame_keys
 from replaybuf_core.protocol import Pending, distinct
@@ -238,9 +239,13 @@ class WindowSampler:
     def sample_shape(self, key: str, convert: Any = None) -> tuple[int, ...]:
         """The shape of ``key`` in one sample: ``(n_key, *step)`` for a key with offsets, else the
         step shape; a resized camera's step is ``(H, W, C)`` of its ``resize``, a converted one's
-        ``convert.step_shape`` of that.  Raises KeyError for a key not sampled."""
+        ``convert.step_shape`` of that.  Raises KeyError for a key not sampled, ValueError for a
+        ``convert`` of a key that is not a camera."""
         if key not in self.keys:
             raise KeyError(f"{key!r} is not a sampled key (keys: {self.keys})")
+        if convert is not None and key not in self.cameras:
+            raise ValueError(f"{key!r} is not a sampled camera key (uint8 (T, H, W, C)), so it has no converted "
+                             f"shape; camera keys: {list(self.cameras)}")
         fr = self.resize.get(key)
         step = tuple(self.buffer[key].shape[1:])
         if fr is not None:
@@ -288,7 +293,8 @@ class WindowSampler:
             IndexError: an index outside ``[-len, len)``, an ``at`` outside ``out``.
             TypeError: non-integer indices.  ValueError: more than one dimension; ``out`` of the wrong
             shape or dtype; ``at`` of another length than ``indices`` or naming a row twice; a
-            ``convert`` key that is not one of :attr:`cameras`.
+            ``convert`` key that is not one of :attr:`cameras`.  TypeError: ``convert`` not a dict of
+            ``FrameConversion``.
         """
         return self.sample_batch_async(indices, out, at, convert).result()
 
@@ -302,7 +308,12 @@ class WindowSampler:
         ``result()`` (a failed read)."""
         wi = self.window_index
         out_arrays = out
+        if convert is not None and not isinstance(convert, Mapping):
+            raise TypeError(f"convert must be a dict {{camera key: FrameConversion}}, got {type(convert).__name__}")
         convert = dict(convert or {})
+        bad = {k: type(v).__name__ for k, v in convert.items() if not isinstance(v, FrameConversion)}
+        if bad:
+            raise TypeError(f"convert maps camera keys to FrameConversion objects; got {bad}")
         wrong = [k for k in convert if k not in self.cameras]
         if wrong:
             raise ValueError(f"convert names {wrong}, which are not sampled camera keys (uint8 (T, H, W, C)); "
@@ -317,7 +328,7 @@ class WindowSampler:
                                  f"{at.shape}{'' if at.shape != t.shape else ' naming a row twice'}")
         start = wi.episode_start[episode][:, None]
         last = wi.episode_length[episode][:, None] - 1
-        plans, read = [], {}
+        plans, read, placed = [], {}, {}
         for key in self._read_order:  # every key checked before any read starts
             arr = array_like(self.buffer, key, self.dtypes)
             d = self.delta_steps.get(key)
@@ -341,7 +352,7 @@ class WindowSampler:
                     raise ValueError(f"out[{key!r}] is {out.dtype} {out.shape}, the samples {dtype} (M,) + {shape[1:]}")
                 if at.size and (int(at.max()) >= out.shape[0] or int(at.min()) < 0):
                     raise IndexError(f"at names rows outside out[{key!r}], which has {out.shape[0]} rows")
-                size["at"] = at
+                size["at"] = placed[key] = at
             elif out.shape != shape or out.dtype != dtype:
                 raise ValueError(f"out[{key!r}] is {out.dtype} {out.shape}, the samples {dtype} {shape}")
             plans.append((key, rows, out, size))
@@ -367,7 +378,7 @@ class WindowSampler:
             result[key] = read[key]
             if key + IS_PAD_SUFFIX in read:
                 result[key + IS_PAD_SUFFIX] = read[key + IS_PAD_SUFFIX]
-        return PendingBatch(self, pending, result, episode, t)
+        return PendingBatch(self, pending, result, episode, t, placed)
 
     def __getitem__(self, idx) -> dict[str, np.ndarray]:
         """Sample ``idx``: like one row of :meth:`sample_batch` — ``(n_key, *step)`` / ``(*step)``
@@ -386,7 +397,7 @@ class PendingBatch(Pending):
     first failed read's error."""
 
     def __init__(self, sampler: WindowSampler, pending: list, result: dict[str, np.ndarray],
-                 episode_index: np.ndarray, frame_index: np.ndarray):
+                 episode_index: np.ndarray, frame_index: np.ndarray, placed: dict[str, np.ndarray] | None = None):
         def finish() -> dict[str, np.ndarray]:
             for p in pending:
                 p.result()
@@ -394,7 +405,9 @@ class PendingBatch(Pending):
                 for key in sampler.delta_steps:
                     pad = result[key + IS_PAD_SUFFIX]
                     if pad.any():
-                        result[key][pad] = _pad_value(result[key].dtype)
+                        sample, step = np.nonzero(pad)  # sample i's rows are out[at[i]] when read with at=
+                        at = (placed or {}).get(key)
+                        result[key][sample if at is None else at[sample], step] = _pad_value(result[key].dtype)
             return result
 
         super().__init__(finish)

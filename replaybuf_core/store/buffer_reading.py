@@ -108,7 +108,8 @@ class StepReading:
             ``out``.  ValueError: ``out`` of the wrong shape (or dtype, or not C-contiguous, with
             ``convert``), ``at`` not one distinct place a row or without ``out``; ``resize`` or
             ``convert`` of a key that is not camera frames, a ``resize`` not positive, larger than
-            the frame or crop, or a crop outside the frame (naming the key).
+            the frame or crop, or a crop outside the frame (naming the key).  TypeError: ``convert``
+            that is not a ``FrameConversion``.
         """
         return self.read_rows_async(key, rows, out, dtypes, resize, at, convert).result()
 
@@ -147,6 +148,10 @@ class StepReading:
 
     def _read_rows_converted(self, key: str, rows, out: np.ndarray | None, resize: Any, at, convert: Any) -> Any:
         """:meth:`read_rows_async` with ``convert`` (see :meth:`read_rows`)."""
+        from replaybuf_core.layout.frame_convert import FrameConversion
+
+        if not isinstance(convert, FrameConversion):
+            raise TypeError(f"convert (reading {key!r}) must be a FrameConversion, got {type(convert).__name__}")
         if key not in self:
             raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
         shape = tuple(self._store.shape("data", key))

@@ -237,3 +237,13 @@ def test_convert_of_the_wrong_type_is_refused_naming_what_was_given(store):
         sampler.sample_batch([0], convert=["cam"])
     with pytest.raises(ValueError, match=r"'act' is not a sampled camera key"):
         sampler.sample_shape("act", FrameConversion(True, True))
+
+
+def test_one_row_given_as_an_int_reads_that_frame(store):
+    """``read_rows(key, 3)``: the frame itself (step shape), on every backend (the zarr reader's
+    gather failed on a 0-d rows array: "multiple indices are not supported for 0d arrays")."""
+    rb, stored, kind = store
+    assert np.array_equal(rb.read_rows("cam", 3), stored[3])
+    out = np.empty((3, H, W), np.float32)
+    assert rb.read_rows("cam", np.int64(5), out=out, convert=FrameConversion(True, True)) is out
+    assert torch.equal(torch.from_numpy(out), _torch_converted(stored[5], FrameConversion(True, True)))

@@ -120,6 +120,10 @@ class StepReading:
         start decoding now, so the caller can read other keys meanwhile (the sampler does) and then
         join in; elsewhere (and with ``resize``) the read is done before returning.  Leave ``out``
         alone until ``result()``.  Raises what :meth:`read_rows` raises, before anything is read."""
+        if at is None and np.ndim(rows) == 0:  # one row: read as a batch of one (the gathers index arrays of rows)
+            one = self.read_rows_async(key, np.reshape(rows, (1,)), None if out is None else out[None], dtypes,
+                                       resize, None, convert)
+            return Pending(lambda: one.result()[0] if out is None else (one.result(), out)[1])
         if convert is not None:
             return self._read_rows_converted(key, rows, out, resize, at, convert)
         done: Future = Future()

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaybuf_core import ReplayBuffer, WindowSampler
 from replaybuf_core.layout.frame_convert import FrameConversion
-from replaybuf_core.torch import WindowDataset
+
+torch = pytest.importorskip("torch")  # the expected values are torch's own conversion
+
+from replaybuf_core.torch import WindowDataset  # noqa: E402  (needs torch)
 
 H, W, N = 24, 32, 20
 KINDS = ["fast", "exact", "raw", "video:h264:16:g4", "numpy", "version"]

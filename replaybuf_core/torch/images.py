@@ -4,7 +4,8 @@ float32 in [0, 1] — LeRobot's sample format (``x.float() / 255``, (C, H, W)).
 The kernels are :mod:`replaybuf_core.layout.frame_convert`'s (one compiled pass a frame, bit for
 bit ``x / 255``: 0.32 ms a 640×480 frame against 0.61 for a strided transpose copy and a division
 pass, one thread).  The datasets hand the conversion to the read where the backend can apply it as
-each frame is decoded (:func:`sample_converted`); what is left is converted here.  Outputs come from the caller's :class:`~replaybuf_core.sampling.arena.OutputArena` when given (a
+each frame is decoded (:func:`sample_converted`); what is left is converted here.  Outputs come
+from the caller's :class:`~replaybuf_core.sampling.arena.OutputArena` when given (a
 batch's pages are then not faulted in anew every batch), or from a worker's shared memory.
 Large batches are converted on one slab per core (the kernel releases the GIL).
 """
@@ -28,9 +29,10 @@ def sample_converted(sampler: Any, indices: np.ndarray, keys: Iterable[str], cha
                      shared: bool = False) -> dict[str, Any]:
     """``sampler.sample_batch(indices)`` with the image ``keys`` converted as :func:`convert_images`
     converts them, bit for bit.  A sampler that knows its camera keys (``WindowSampler.cameras``),
-    over a buffer whose reads take ``convert=`` (``WindowSampler.converts``), has the read convert each frame as it is decoded (``sample_batch(convert=)``: no gathered uint8
-    batch, the frame still in cache), into shared memory in a DataLoader worker (``shared``); the
-    other keys are converted after the batch is read.  Raises what the two raise."""
+    over a buffer whose reads take ``convert=`` (``WindowSampler.converts``), has the read convert
+    each frame as it is decoded (``sample_batch(convert=)``: no gathered uint8 batch, the frame
+    still in cache), into shared memory in a DataLoader worker (``shared``); the other keys are
+    converted after the batch is read.  Raises what the two raise."""
     keys = list(keys)
     fusing = (channels_first or to_float) and getattr(sampler, "converts", False)
     fused = [k for k in keys if k in getattr(sampler, "cameras", ())] if fusing else []

@@ -157,8 +157,8 @@ def _collect(hook_name: str, base: type, what: str) -> dict[str, tuple[Any, str,
     pm = get_plugin_manager()
     found: dict[str, tuple[Any, str, str | None, str | None]] = {}
     # get_hookimpls() lists implementations in registration order (built-ins first)
-    for impl in getattr(pm.hook, hook_name).get_hookimpls():
-        with _interrupts_noted() as interrupts:
+    with _interrupts_noted() as interrupts:
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
             try:
                 classes = impl.function()
             except Exception as exc:
@@ -171,26 +171,26 @@ def _collect(hook_name: str, base: type, what: str) -> dict[str, tuple[Any, str,
                 )
                 continue
             _reraise_interrupt(None, interrupts)
-        dist_name, dist_version = _dist_of_plugin.get(impl.plugin_name, (None, None))
-        for cls in classes or ():
-            entry = cls() if isinstance(cls, type) else cls
-            if not isinstance(entry, base) or not entry.name:
-                warnings.warn(
-                    f"replaybuf plugin {impl.plugin_name!r} returned {cls!r}, which is not a named "
-                    f"{base.__name__}; skipped",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                continue
-            if entry.name in found:
-                warnings.warn(
-                    f"two replaybuf {what}s are named {entry.name!r} (plugins "
-                    f"{found[entry.name][1]!r} and {impl.plugin_name!r}); using the first",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                continue
-            found[entry.name] = (entry, impl.plugin_name, dist_name, dist_version)
+            dist_name, dist_version = _dist_of_plugin.get(impl.plugin_name, (None, None))
+            for cls in classes or ():
+                entry = cls() if isinstance(cls, type) else cls
+                if not isinstance(entry, base) or not entry.name:
+                    warnings.warn(
+                        f"replaybuf plugin {impl.plugin_name!r} returned {cls!r}, which is not a named "
+                        f"{base.__name__}; skipped",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    continue
+                if entry.name in found:
+                    warnings.warn(
+                        f"two replaybuf {what}s are named {entry.name!r} (plugins "
+                        f"{found[entry.name][1]!r} and {impl.plugin_name!r}); using the first",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    continue
+                found[entry.name] = (entry, impl.plugin_name, dist_name, dist_version)
     return found
 
 

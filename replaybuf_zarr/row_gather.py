@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from replaybuf_core.layout.frame_convert import convert_rows
 from replaybuf_core.protocol import Pending
 
 from .pool import _CPUS, SharedMap, parallel_map
@@ -80,7 +79,7 @@ class RowGather:
         if convert is not None and (rows.size == 0 or self._pinned is not None or not simple or len(self.shape) != 4
                                     or not out.flags.c_contiguous):
             staged = self.read_rows_async(rows, np.empty(rows.shape + tuple(self.shape[1:]), self.dtype))
-            return RowsRead(finish=lambda: convert_rows(staged.result(), out, convert, at))
+            return RowsRead(finish=lambda: convert.convert_rows(staged.result(), out, at))
         if rows.size == 0 or self._pinned is not None or not simple:
             return RowsRead(value=self._read_rows_other(rows, out, at))
         c0 = self.chunk_shape[0]

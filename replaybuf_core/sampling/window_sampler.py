@@ -246,14 +246,16 @@ class WindowSampler:
         if convert is not None and key not in self.cameras:
             raise ValueError(f"{key!r} is not a sampled camera key (uint8 (T, H, W, C)), so it has no converted "
                              f"shape; camera keys: {list(self.cameras)}")
-        fr = self.resize.get(key)
-        step = tuple(self.buffer[key].shape[1:])
-        if fr is not None:
-            step = (fr.height, fr.width) + step[2:]
-        if convert is not None:
-            step = convert.step_shape(step)
+        step = self._step_shape(key, tuple(self.buffer[key].shape[1:]), convert)
         d = self.delta_steps.get(key)
         return step if d is None else (len(d),) + step
+
+    def _step_shape(self, key: str, stored: tuple[int, ...], convert: Any) -> tuple[int, ...]:
+        """One step of ``key`` as sampled: ``stored`` (the stored step shape), resized and converted
+        as the sampler reads it."""
+        fr = self.resize.get(key)
+        step = stored if fr is None else (fr.height, fr.width) + stored[2:]
+        return step if convert is None else convert.step_shape(step)
 
     def locate(self, indices) -> dict[str, np.ndarray]:
         """Where samples sit: ``{"episode_index", "frame_index", "index"}``, int64 (B,) each — the
@@ -339,11 +341,10 @@ class WindowSampler:
                 rows, pad = rows[:, 0], None
             dtype = _sample_dtype(arr.dtype)
             fr = self.resize.get(key)
-            step = tuple(arr.shape[1:]) if fr is None else (fr.height, fr.width) + tuple(arr.shape[3:])
             size = {} if fr is None else {"resize": fr}
             if key in convert:
-                step, dtype, size["convert"] = convert[key].step_shape(step), convert[key].dtype, convert[key]
-            shape = rows.shape + step
+                dtype, size["convert"] = convert[key].dtype, convert[key]
+            shape = rows.shape + self._step_shape(key, tuple(arr.shape[1:]), convert.get(key))
             out = None if not out_arrays else out_arrays.get(key)
             if out is None:
                 out = self.arena.empty(shape, dtype)  # reused once nobody holds it

@@ -123,7 +123,11 @@ class StepReading:
         if at is None and np.ndim(rows) == 0:  # one row: read as a batch of one (the gathers index arrays of rows)
             one = self.read_rows_async(key, np.reshape(rows, (1,)), None if out is None else out[None], dtypes,
                                        resize, None, convert)
-            return Pending(lambda: one.result()[0] if out is None else (one.result(), out)[1])
+
+            def the_row() -> np.ndarray:
+                batch = one.result()
+                return batch[0] if out is None else out  # (out[None] is a view: out holds the row)
+            return Pending(the_row)
         if convert is not None:
             return self._read_rows_converted(key, rows, out, resize, at, convert)
         done: Future = Future()
@@ -162,10 +166,7 @@ class StepReading:
         if len(shape) != 4 or not is_frames(shape, self._store.dtype("data", key)):
             raise ValueError(f"convert: data key {key!r} is not camera frames (uint8 (T, H, W, C)): {shape}")
         if resize is not None:
-            from replaybuf_core.layout.frame_resize import FrameResize
-
-            fr = resize if isinstance(resize, FrameResize) else FrameResize(*_pair(key, resize))
-            fr.check(key, shape[1], shape[2])
+            fr = _frame_resize(key, shape, resize)
             step = (fr.height, fr.width, shape[3])
         else:
             step = shape[1:]
@@ -192,15 +193,14 @@ class StepReading:
 
     def _read_rows_resized(self, key: str, rows, out: np.ndarray | None, dtypes: str, resize: Any) -> np.ndarray:
         """:meth:`read_rows` with ``resize`` (see there)."""
-        from replaybuf_core.layout.frame_resize import FrameResize, resize_frame
+        from replaybuf_core.layout.frame_resize import resize_frame
 
         if key not in self:
             raise KeyError(f"no data key {key!r} (keys: {self.keys()})")
         shape = tuple(self._store.shape("data", key))
         if not is_frames(shape, self._store.dtype("data", key)):
             raise ValueError(f"resize: data key {key!r} is not camera frames (uint8 (T, H, W, C)): {shape}")
-        fr = resize if isinstance(resize, FrameResize) else FrameResize(*_pair(key, resize))
-        fr.check(key, shape[1], shape[2])
+        fr = _frame_resize(key, shape, resize)
         rows = self._checked_rows(rows)
         want = rows.shape + (fr.height, fr.width) + shape[3:]
         if out is None:
@@ -300,6 +300,16 @@ class StepReading:
         if pin is not None:
             for key in keys:
                 pin("data", key)
+
+
+def _frame_resize(key: str, shape: tuple[int, ...], resize: Any) -> Any:
+    """``resize`` (``(height, width)`` or a ``FrameResize``) as a ``FrameResize`` checked against the
+    frames of ``key`` (stored ``shape``); ValueError naming the key when it does not fit."""
+    from replaybuf_core.layout.frame_resize import FrameResize
+
+    fr = resize if isinstance(resize, FrameResize) else FrameResize(*_pair(key, resize))
+    fr.check(key, shape[1], shape[2])
+    return fr
 
 
 def _pair(key: str, value: Any) -> tuple[int, int]:
